@@ -1,0 +1,399 @@
+//! Configuration: the command line (every flag also an environment
+//! variable), and its validation before any I/O. A bad value exits 64 with
+//! one line naming the flag and the rule (G8).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+use crate::driver::ShutdownOptions;
+
+/// leader-gate: contends for a Kubernetes Lease and tells the collector next
+/// to it, over HTTP, whether it may do cluster-wide work right now.
+#[derive(Debug, Parser)]
+#[command(name = "leader-gate", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the sidecar: contend for the Lease and serve /leader.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Name of the coordination.k8s.io/v1 Lease to contend for (a DNS-1123 subdomain).
+    #[arg(long, env = "LEADER_GATE_LEASE_NAME")]
+    pub lease_name: String,
+
+    /// Namespace of the Lease [default: $POD_NAMESPACE, then the in-cluster
+    /// namespace, then the kubeconfig context's, then "default"].
+    #[arg(long, env = "LEADER_GATE_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+
+    /// This candidate's identity in holderIdentity [default: $POD_NAME, then the hostname].
+    #[arg(long, env = "LEADER_GATE_IDENTITY")]
+    pub identity: Option<String>,
+
+    /// How long followers wait, from when they last saw the Lease change, before taking it over (whole seconds).
+    #[arg(long, env = "LEADER_GATE_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// The leader steps down when no renew succeeded for this long.
+    #[arg(long, env = "LEADER_GATE_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub renew_deadline: Duration,
+
+    /// How often the leader renews, and the base of every retry.
+    #[arg(long, env = "LEADER_GATE_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub retry_period: Duration,
+
+    /// Gate listener (pod-local): GET|HEAD /leader.
+    #[arg(long, env = "LEADER_GATE_LISTEN", default_value = "127.0.0.1:4040")]
+    pub listen: SocketAddr,
+
+    /// Admin listener (kubelet, Prometheus): /leader, /healthz, /readyz.
+    #[arg(long, env = "LEADER_GATE_ADMIN_LISTEN", default_value = "0.0.0.0:4041")]
+    pub admin_listen: SocketAddr,
+
+    /// On SIGTERM, release the Lease so a peer takes over at once.
+    #[arg(long, env = "LEADER_GATE_RELEASE_ON_SHUTDOWN", default_value_t = true, action = ArgAction::Set)]
+    pub release_on_shutdown: bool,
+
+    /// Upper bound on the whole shutdown sequence (step down, release, stop serving).
+    #[arg(long, env = "LEADER_GATE_SHUTDOWN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// Log format on stderr (the level comes from RUST_LOG, default info).
+    #[arg(long, env = "LEADER_GATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// A configuration value that breaks a rule.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {flag}: {rule}")]
+pub struct ConfigError {
+    pub flag: &'static str,
+    pub rule: String,
+}
+
+fn invalid(flag: &'static str, rule: impl Into<String>) -> ConfigError {
+    ConfigError {
+        flag,
+        rule: rule.into(),
+    }
+}
+
+/// Validated `serve` configuration. The namespace may still be unresolved:
+/// its fallbacks need the kube configuration (see [`resolve_namespace`]).
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub lease_name: String,
+    pub lease_namespace: Option<String>,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub shutdown: ShutdownOptions,
+    pub log_format: LogFormat,
+}
+
+// === impl ServeArgs ===
+
+impl ServeArgs {
+    /// Checks every rule; `env` reads fallbacks such as `POD_NAME` (injected
+    /// so tests need not touch the process environment).
+    pub fn validate(
+        self,
+        env: impl Fn(&str) -> Option<String>,
+        hostname: impl FnOnce() -> Option<String>,
+    ) -> Result<ServeConfig, ConfigError> {
+        let Self {
+            lease_name,
+            lease_namespace,
+            identity,
+            lease_duration,
+            renew_deadline,
+            retry_period,
+            listen,
+            admin_listen,
+            release_on_shutdown,
+            shutdown_timeout,
+            log_format,
+        } = self;
+
+        if !is_dns1123_subdomain(&lease_name) {
+            return Err(invalid(
+                "--lease-name",
+                format!(
+                    "{lease_name:?} must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending alphanumeric, at most 253 characters)"
+                ),
+            ));
+        }
+        let lease_namespace =
+            lease_namespace.or_else(|| env("POD_NAMESPACE").filter(|n| !n.is_empty()));
+        if let Some(namespace) = &lease_namespace {
+            validate_namespace(namespace)?;
+        }
+        let identity = identity
+            .or_else(|| env("POD_NAME").filter(|n| !n.is_empty()))
+            .or_else(hostname)
+            .unwrap_or_default();
+        if identity.trim().is_empty() {
+            return Err(invalid(
+                "--identity",
+                "must not be empty (set --identity, or POD_NAME through the downward API)",
+            ));
+        }
+        if lease_duration < Duration::from_secs(1) || lease_duration.subsec_nanos() != 0 {
+            return Err(invalid(
+                "--lease-duration",
+                format!(
+                    "must be whole seconds, at least 1s (got {lease_duration:?}): the Lease stores whole seconds"
+                ),
+            ));
+        }
+        if renew_deadline >= lease_duration {
+            return Err(invalid(
+                "--renew-deadline",
+                format!(
+                    "must be less than --lease-duration ({renew_deadline:?} >= {lease_duration:?})"
+                ),
+            ));
+        }
+        if renew_deadline <= retry_period.mul_f64(1.2) {
+            return Err(invalid(
+                "--retry-period",
+                format!(
+                    "1.2 x --retry-period must be less than --renew-deadline ({retry_period:?} x 1.2 >= {renew_deadline:?})"
+                ),
+            ));
+        }
+        if retry_period.is_zero() {
+            return Err(invalid("--retry-period", "must be more than 0"));
+        }
+        if shutdown_timeout.is_zero() {
+            return Err(invalid("--shutdown-timeout", "must be more than 0"));
+        }
+        Ok(ServeConfig {
+            lease_name,
+            lease_namespace,
+            identity,
+            lease_duration,
+            renew_deadline,
+            retry_period,
+            listen,
+            admin_listen,
+            shutdown: ShutdownOptions {
+                release: release_on_shutdown,
+                gate_lag: Duration::ZERO,
+                timeout: shutdown_timeout,
+            },
+            log_format,
+        })
+    }
+}
+
+/// The namespace: the flag or `POD_NAMESPACE` if given, else what kube-rs
+/// inferred (the in-cluster namespace file, the kubeconfig context, `default`).
+pub fn resolve_namespace(configured: Option<&str>, inferred: &str) -> Result<String, ConfigError> {
+    let namespace = configured.unwrap_or(inferred).to_owned();
+    validate_namespace(&namespace)?;
+    Ok(namespace)
+}
+
+fn validate_namespace(namespace: &str) -> Result<(), ConfigError> {
+    if is_dns1123_label(namespace) {
+        Ok(())
+    } else {
+        Err(invalid(
+            "--lease-namespace",
+            format!(
+                "{namespace:?} must be a DNS-1123 label (lowercase letters, digits and '-', starting and ending alphanumeric, at most 63 characters)"
+            ),
+        ))
+    }
+}
+
+fn is_dns1123_label(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+}
+
+fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// Parses `15s`, `1500ms`, `2m`, `1m30s`, `0.5s`; a bare number is seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("{text:?} lacks a unit (ms, s, m, h)"))?;
+        let (number, tail) = rest.split_at(number_len);
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let value: f64 = number
+            .parse()
+            .map_err(|_| format!("{text:?} is not a duration like 15s, 500ms or 1m"))?;
+        let scale = match unit {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => {
+                return Err(format!(
+                    "{text:?} has an unknown unit {unit:?} (use ms, s, m or h)"
+                ));
+            }
+        };
+        total += Duration::try_from_secs_f64(value * scale).map_err(|e| e.to_string())?;
+        rest = tail;
+    }
+    if text.is_empty() {
+        return Err("empty duration".into());
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Result<ServeConfig, String> {
+        let mut argv = vec!["leader-gate", "serve", "--lease-name", "demo"];
+        argv.extend_from_slice(extra);
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        let Command::Serve(args) = cli.command;
+        args.validate(|_| None, || Some("host-1".into()))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_follow_client_go() {
+        let config = args(&[]).unwrap();
+        assert_eq!(config.lease_duration, Duration::from_secs(15));
+        assert_eq!(config.renew_deadline, Duration::from_secs(10));
+        assert_eq!(config.retry_period, Duration::from_secs(2));
+        assert_eq!(config.identity, "host-1");
+        assert_eq!(config.listen.to_string(), "127.0.0.1:4040");
+        assert_eq!(config.admin_listen.to_string(), "0.0.0.0:4041");
+        assert!(config.shutdown.release);
+    }
+
+    #[test]
+    fn identity_and_namespace_fall_back_to_the_downward_api() {
+        let cli = Cli::try_parse_from(["leader-gate", "serve", "--lease-name", "demo"]).unwrap();
+        let Command::Serve(args) = cli.command;
+        let env = |name: &str| match name {
+            "POD_NAME" => Some("metricbeat-x7k2p".to_owned()),
+            "POD_NAMESPACE" => Some("monitoring".to_owned()),
+            _ => None,
+        };
+        let config = args.validate(env, || Some("host-1".into())).unwrap();
+        assert_eq!(config.identity, "metricbeat-x7k2p");
+        assert_eq!(config.lease_namespace.as_deref(), Some("monitoring"));
+    }
+
+    #[test]
+    fn bad_values_name_the_flag_and_the_rule() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["--lease-duration", "1.5s"],
+                "invalid --lease-duration: must be whole seconds",
+            ),
+            (
+                &["--lease-duration", "0s"],
+                "invalid --lease-duration: must be whole seconds",
+            ),
+            (
+                &["--renew-deadline", "15s"],
+                "invalid --renew-deadline: must be less than --lease-duration",
+            ),
+            (
+                &["--retry-period", "9s"],
+                "invalid --retry-period: 1.2 x --retry-period must be less than --renew-deadline",
+            ),
+            (
+                &["--lease-namespace", "Kube_System"],
+                "invalid --lease-namespace: \"Kube_System\" must be a DNS-1123 label",
+            ),
+            (
+                &["--identity", " "],
+                "invalid --identity: must not be empty",
+            ),
+            (
+                &["--shutdown-timeout", "0s"],
+                "invalid --shutdown-timeout: must be more than 0",
+            ),
+        ];
+        for (extra, expected) in cases {
+            let error = args(extra).unwrap_err();
+            assert!(error.starts_with(expected), "{extra:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn lease_names_must_be_dns1123_subdomains() {
+        for bad in ["", "Demo", "-demo", "demo-", "de_mo", &"a".repeat(254)] {
+            let flag = format!("--lease-name={bad}");
+            let cli = Cli::try_parse_from(["leader-gate", "serve", &flag]).unwrap();
+            let Command::Serve(args) = cli.command;
+            let error = args.validate(|_| None, || Some("h".into())).unwrap_err();
+            assert_eq!(error.flag, "--lease-name", "{bad:?}");
+        }
+        assert!(args(&[]).is_ok());
+        assert!(is_dns1123_subdomain("metricbeat.cluster-leader"));
+    }
+
+    #[test]
+    fn durations_parse_in_the_usual_units() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("10 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn namespace_resolution_prefers_the_configured_one() {
+        assert_eq!(resolve_namespace(Some("ops"), "default"), Ok("ops".into()));
+        assert_eq!(
+            resolve_namespace(None, "kube-system"),
+            Ok("kube-system".into())
+        );
+        assert_eq!(
+            resolve_namespace(None, "Bad").unwrap_err().flag,
+            "--lease-namespace"
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! The election driver: the one task that owns the Lease.
+//!
+//! It waits on whichever comes first — a change of the Lease from the watch,
+//! the answer to the one request in flight, the machine's next deadline, or
+//! shutdown — feeds it to the [`Election`], publishes the new state, and only
+//! then carries out the actions (so "not leading" is out before any retry or
+//! release, G2). Nothing else mutates election state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use tokio::time::{Instant, sleep_until, timeout_at};
+use tokio_util::sync::CancellationToken;
+
+use crate::api_error::ApiError;
+use crate::clock::wall_micros;
+use crate::election::{Action, Election, Input, Now, Snapshot, Write, WriteOp};
+use crate::lease_client::LeaseStore;
+use crate::state::{Heartbeat, Publisher};
+
+/// How the driver shuts down (G6).
+#[derive(Clone, Debug)]
+pub struct ShutdownOptions {
+    /// Release the Lease with a marked CAS write once the gates are closed.
+    pub release: bool,
+    /// Time the gates need to close after "not leading" is published.
+    pub gate_lag: Duration,
+    /// Bound on the whole sequence: lag, the request in flight, the release.
+    pub timeout: Duration,
+}
+
+/// Runs the election until `shutdown` is cancelled, then hands over.
+pub async fn run(
+    store: Arc<dyn LeaseStore>,
+    election: Election,
+    publisher: Publisher,
+    heartbeat: Arc<Heartbeat>,
+    shutdown: CancellationToken,
+    options: ShutdownOptions,
+) {
+    let _ended = EndOnDrop(heartbeat.clone());
+    let mut driver = Driver {
+        store,
+        election,
+        publisher,
+        inflight: None,
+    };
+    driver.publish_now();
+    driver.contend(&heartbeat, &shutdown).await;
+    driver.hand_over(options).await;
+}
+
+struct Driver {
+    store: Arc<dyn LeaseStore>,
+    election: Election,
+    publisher: Publisher,
+    /// The one request in flight, resolving to its input.
+    inflight: Option<BoxFuture<'static, Input>>,
+}
+
+// === impl Driver ===
+
+impl Driver {
+    async fn contend(&mut self, heartbeat: &Heartbeat, shutdown: &CancellationToken) {
+        let mut watch = self.store.watch();
+        // Wake at least once per retry period so the heartbeat shows a live loop.
+        let max_sleep = self.election.settings().retry_period;
+        loop {
+            heartbeat.beat();
+            let cap = Instant::now() + max_sleep;
+            let wake = self.election.next_wakeup().map_or(cap, |w| w.min(cap));
+            let input = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return,
+                input = in_flight(&mut self.inflight) => {
+                    self.inflight = None;
+                    input
+                }
+                item = watch.next() => match item {
+                    Some(Ok(lease)) => Input::Observed(lease),
+                    Some(Err(ApiError::Unauthorized)) => {
+                        self.store.reload_credentials().await;
+                        watch = self.store.watch();
+                        continue;
+                    }
+                    Some(Err(error)) => {
+                        tracing::debug!(%error, "lease watch failed; it retries with backoff");
+                        continue;
+                    }
+                    None => {
+                        watch = self.store.watch();
+                        continue;
+                    }
+                },
+                () = sleep_until(wake) => Input::Tick,
+            };
+            self.step(input).await;
+        }
+    }
+
+    /// One turn: feed the input, publish, then act.
+    async fn step(&mut self, input: Input) {
+        let before = self.election.snapshot(Instant::now());
+        let actions = self.election.handle(input, now());
+        let after = self.publish_now();
+        log_transition(&before, &after, &self.election.settings().identity);
+        for action in actions {
+            match action {
+                Action::Write(write) => self.inflight = Some(self.send(write)),
+                Action::Read { timeout } => {
+                    let get = self.store.get();
+                    self.inflight = Some(Box::pin(async move {
+                        Input::Read(with_timeout(timeout, get).await)
+                    }));
+                }
+                Action::ReloadCredentials => self.store.reload_credentials().await,
+            }
+        }
+    }
+
+    fn publish_now(&self) -> Snapshot {
+        let snapshot = self.election.snapshot(Instant::now());
+        self.publisher.publish(&snapshot);
+        snapshot
+    }
+
+    fn send(&self, write: Write) -> BoxFuture<'static, Input> {
+        let request = match write.op {
+            WriteOp::Create(object) => self.store.create(*object),
+            WriteOp::Replace(object) => self.store.replace(*object),
+        };
+        Box::pin(async move { Input::Written(with_timeout(write.timeout, request).await) })
+    }
+
+    /// G6: not leading → gate lag → the request in flight → marked release,
+    /// all within the shutdown timeout.
+    async fn hand_over(&mut self, options: ShutdownOptions) {
+        let deadline = Instant::now() + options.timeout;
+        let was_leading = self.election.is_leading();
+        self.step(Input::Shutdown).await;
+        if was_leading {
+            // The gates close on "not leading"; give them their lag first.
+            let _ = timeout_at(deadline, tokio::time::sleep(options.gate_lag)).await;
+        }
+        if let Some(inflight) = self.inflight.take() {
+            match timeout_at(deadline, inflight).await {
+                Ok(input) => self.step(input).await,
+                Err(_) => tracing::warn!("shutdown timeout while a lease request was in flight"),
+            }
+        }
+        if !options.release {
+            return;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(release) = self.election.release(now(), left) else {
+            return;
+        };
+        let result = match self.send(release).await {
+            Input::Written(result) => result,
+            _ => unreachable!("a write resolves to Input::Written"),
+        };
+        match &result {
+            Ok(_) => tracing::info!("released the lease for a peer to take at once"),
+            Err(error) => {
+                tracing::warn!(%error, "could not release the lease; peers take it after it expires")
+            }
+        }
+        self.step(Input::Written(result)).await;
+    }
+}
+
+fn now() -> Now {
+    Now {
+        instant: Instant::now(),
+        wall_micros: wall_micros(),
+    }
+}
+
+/// Resolves with the request in flight, or never when there is none.
+async fn in_flight(inflight: &mut Option<BoxFuture<'static, Input>>) -> Input {
+    match inflight {
+        Some(future) => future.await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn with_timeout<T>(
+    limit: Duration,
+    request: BoxFuture<'static, Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    tokio::time::timeout(limit, request)
+        .await
+        .unwrap_or(Err(ApiError::Timeout(limit)))
+}
+
+fn log_transition(before: &Snapshot, after: &Snapshot, identity: &str) {
+    if !before.leading && after.leading {
+        let term = after.term.as_ref().map(ToString::to_string);
+        tracing::info!(identity, term, "started leading");
+    }
+    if before.leading && !after.leading {
+        let term = before.term.as_ref().map(ToString::to_string);
+        let reason = after.last_stop.map(|r| r.as_str());
+        tracing::warn!(identity, term, reason, "stopped leading");
+    }
+    if before.holder != after.holder && !after.leading {
+        tracing::info!(holder = after.holder.as_deref(), "observed leader changed");
+    }
+}
+
+/// Flags the heartbeat as ended however the task ends, panics included.
+struct EndOnDrop(Arc<Heartbeat>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}

@@ -1,0 +1,816 @@
+//! The election state machine: everything leader-gate knows about the Lease
+//! and what it does next, as a pure function of inputs and an `Instant`.
+//!
+//! No I/O and no clock reads: the driver feeds [`Input`]s with a [`Now`] and
+//! carries out the [`Action`]s; tests do the same with explicit instants.
+//! The guarantees of DESIGN.md live here:
+//!
+//! - G1: every loss returns to [`Role::Following`], from which the next
+//!   acquisition is computed again; no input ends the machine.
+//! - G2: [`Election::lead_deadline`] is `last successful renew sent +
+//!   renew_deadline`; [`Election::handle`] steps down when a tick reaches it,
+//!   whatever is in flight, and at once on another owner, deletion or a 403.
+//! - G3: a follower's expiry is `observed_at + max(record, local duration)`
+//!   where `observed_at` is when the record content last changed here.
+//! - G4: writes are built from the last full object seen, with its
+//!   resourceVersion; a renew counts only if the resourceVersion changed.
+//! - G7: a record is ours only with our identity *and* the `renewTime` of one
+//!   of our own writes; a deleted Lease or an unmarked cleared holder counts
+//!   as held by the last holder for one more duration.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use kube::api::DynamicObject;
+use tokio::time::Instant;
+
+use crate::api_error::ApiError;
+use crate::lease::{self, Lease, TermId};
+
+/// Static settings of one candidate.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub identity: String,
+    pub namespace: String,
+    pub lease_name: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+/// The time of an input: the monotonic instant everything is judged on, and
+/// the wall clock, used only to write `renewTime` for humans (G3).
+#[derive(Clone, Copy, Debug)]
+pub struct Now {
+    pub instant: Instant,
+    pub wall_micros: i64,
+}
+
+/// What happens to the machine.
+#[derive(Debug)]
+pub enum Input {
+    /// The watch, or a read, reports the Lease (`None`: it does not exist).
+    Observed(Option<Lease>),
+    /// The write started by the last [`Action::Write`] finished.
+    Written(Result<Lease, ApiError>),
+    /// The read started by the last [`Action::Read`] finished.
+    Read(Result<Option<Lease>, ApiError>),
+    /// A deadline may have passed.
+    Tick,
+    /// Stop leading for good: the process is shutting down (G6).
+    Shutdown,
+}
+
+/// What the driver must do.
+#[derive(Debug, PartialEq)]
+pub enum Action {
+    /// Send one write under `timeout`; report it as [`Input::Written`].
+    Write(Write),
+    /// GET the Lease under `timeout` (fallback when the watch stays silent
+    /// after a 409); report it as [`Input::Read`].
+    Read { timeout: Duration },
+    /// The token was rejected: re-read credentials before the next request.
+    ReloadCredentials,
+}
+
+/// One CAS write.
+#[derive(Debug, PartialEq)]
+pub struct Write {
+    pub purpose: Purpose,
+    /// `Create` when the Lease is absent (POST), else a PUT of this object,
+    /// which carries the resourceVersion it was built from.
+    pub op: WriteOp,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum WriteOp {
+    Create(Box<DynamicObject>),
+    Replace(Box<DynamicObject>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    Acquire,
+    Renew,
+    Release,
+}
+
+/// Why a term ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// No renew succeeded within `renew_deadline` (requests failed or conflicted).
+    RenewDeadline,
+    /// No renew succeeded within `renew_deadline` and the API server did not answer.
+    ApiUnreachable,
+    /// The renew got a 403.
+    Forbidden,
+    /// The record names another holder (or ours, without our `renewTime`).
+    LostToOtherHolder,
+    /// The holder was cleared by someone else.
+    HolderCleared,
+    /// The Lease was deleted.
+    LeaseDeleted,
+    /// The process is shutting down.
+    Shutdown,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RenewDeadline => "renew-deadline",
+            Self::ApiUnreachable => "api-unreachable",
+            Self::Forbidden => "forbidden",
+            Self::LostToOtherHolder => "lost-to-other-holder",
+            Self::HolderCleared => "holder-cleared",
+            Self::LeaseDeleted => "lease-deleted",
+            Self::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// This candidate's role.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Role {
+    /// Not leading; waiting for the Lease to become free.
+    Following,
+    /// Leading `term` until `deadline` unless a renew succeeds first.
+    Leading {
+        term: TermId,
+        /// `last successful renew sent + renew_deadline` (G2).
+        deadline: Instant,
+        /// When the next renew is due.
+        renew_at: Instant,
+    },
+}
+
+/// What the machine publishes: the facts `/leader` answers from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    pub leading: bool,
+    pub term: Option<TermId>,
+    /// The live holder as observed (this identity when leading).
+    pub holder: Option<String>,
+    /// The forced step-down instant while leading.
+    pub deadline: Option<Instant>,
+    /// Why the last term ended, if one did.
+    pub last_stop: Option<StopReason>,
+    /// The API server answered at least once.
+    pub observed: bool,
+}
+
+/// Who the Lease belongs to, as judged here.
+#[derive(Clone, Debug, PartialEq)]
+enum Standing {
+    /// Absent since we first looked, or released with the mark of G6.
+    Free,
+    /// Claimed by `holder` (possibly only the last one seen, after a delete or
+    /// unmarked clear) until `observed_at + duration` — or ours.
+    Held {
+        holder: Option<String>,
+        renew_micros: Option<i64>,
+        duration: Duration,
+    },
+}
+
+/// The last observation of the Lease.
+#[derive(Clone, Debug)]
+struct View {
+    lease: Option<Lease>,
+    standing: Standing,
+    /// When the record content last changed, on our clock (G3).
+    observed_at: Instant,
+}
+
+/// A write of ours, remembered to recognise our own records (G7).
+#[derive(Clone, Copy, Debug)]
+struct OwnWrite {
+    renew_micros: i64,
+    sent_at: Instant,
+    purpose: Purpose,
+}
+
+/// The request in flight, at most one.
+#[derive(Clone, Debug)]
+enum Pending {
+    Write {
+        purpose: Purpose,
+        sent_at: Instant,
+        base_rv: Option<String>,
+    },
+    Read,
+}
+
+/// How many own writes to remember: enough to recognise a renew whose
+/// response was lost even after a few retries.
+const OWN_WRITES: usize = 16;
+/// How many recent resourceVersions to remember, to skip a watch event that
+/// repeats what a write response already told us.
+const SEEN_VERSIONS: usize = 16;
+
+/// The election of one candidate.
+#[derive(Debug)]
+pub struct Election {
+    settings: Settings,
+    rng: fastrand::Rng,
+    view: Option<View>,
+    role: Role,
+    pending: Option<Pending>,
+    own_writes: VecDeque<OwnWrite>,
+    seen_versions: VecDeque<String>,
+    /// The last holder named by any record, for deleted or cleared Leases.
+    last_holder: Option<String>,
+    /// The jittered instant of the next acquisition attempt, chosen once per
+    /// expiry so repeated ticks do not re-roll it.
+    acquire_at: Option<(Instant, Instant)>,
+    /// Not before this instant: backoff after an error, or `Retry-After`.
+    not_before: Option<Instant>,
+    failures: u32,
+    /// A 409 was answered at this instant: wait for the watch, then read.
+    conflict_at: Option<Instant>,
+    /// The last renew failed because the API server did not answer.
+    renew_unreachable: bool,
+    last_stop: Option<StopReason>,
+    shutting_down: bool,
+}
+
+// === impl Election ===
+
+impl Election {
+    pub fn new(settings: Settings, seed: u64) -> Self {
+        Self {
+            settings,
+            rng: fastrand::Rng::with_seed(seed),
+            view: None,
+            role: Role::Following,
+            pending: None,
+            own_writes: VecDeque::new(),
+            seen_versions: VecDeque::new(),
+            last_holder: None,
+            acquire_at: None,
+            not_before: None,
+            failures: 0,
+            conflict_at: None,
+            renew_unreachable: false,
+            last_stop: None,
+            shutting_down: false,
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn role(&self) -> &Role {
+        &self.role
+    }
+
+    pub fn is_leading(&self) -> bool {
+        matches!(self.role, Role::Leading { .. })
+    }
+
+    /// The forced step-down instant while leading.
+    pub fn lead_deadline(&self) -> Option<Instant> {
+        match self.role {
+            Role::Leading { deadline, .. } => Some(deadline),
+            Role::Following => None,
+        }
+    }
+
+    pub fn has_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Feeds one input and returns what to do now.
+    pub fn handle(&mut self, input: Input, now: Now) -> Vec<Action> {
+        let mut actions = Vec::new();
+        match input {
+            Input::Observed(lease) => self.observe(lease, now),
+            Input::Written(result) => self.written(result, now, &mut actions),
+            Input::Read(result) => {
+                self.pending = None;
+                match result {
+                    Ok(lease) => {
+                        self.conflict_at = None;
+                        self.observe(lease, now);
+                    }
+                    Err(error) => self.failed(&error, now, &mut actions),
+                }
+            }
+            Input::Tick => {}
+            Input::Shutdown => {
+                self.shutting_down = true;
+                self.step_down(StopReason::Shutdown);
+            }
+        }
+        self.enforce_deadline(now.instant);
+        self.next_request(now, &mut actions);
+        actions
+    }
+
+    /// The release write of G6, if the Lease is still ours; `None` otherwise.
+    /// Call after [`Input::Shutdown`] once nothing is in flight.
+    pub fn release(&mut self, now: Now, timeout: Duration) -> Option<Write> {
+        if self.is_leading() || self.pending.is_some() {
+            return None;
+        }
+        let lease = self.view.as_ref()?.lease.as_ref()?;
+        if !self.is_own(&lease.record()) {
+            return None;
+        }
+        let object = lease.released();
+        self.pending = Some(Pending::Write {
+            purpose: Purpose::Release,
+            sent_at: now.instant,
+            base_rv: lease.resource_version().map(str::to_owned),
+        });
+        Some(Write {
+            purpose: Purpose::Release,
+            op: WriteOp::Replace(Box::new(object)),
+            timeout,
+        })
+    }
+
+    /// The earliest instant at which a [`Input::Tick`] may change something.
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        let mut wake: Option<Instant> = None;
+        let mut at = |i: Instant| wake = Some(wake.map_or(i, |w| w.min(i)));
+        if let Role::Leading {
+            deadline, renew_at, ..
+        } = self.role
+        {
+            at(deadline);
+            if self.pending.is_none() && self.conflict_at.is_none() {
+                at(self.not_before.map_or(renew_at, |nb| nb.max(renew_at)));
+            }
+        }
+        if let Some(conflict_at) = self.conflict_at {
+            at(conflict_at + self.settings.retry_period);
+        }
+        if let Some(not_before) = self.not_before {
+            at(not_before);
+        }
+        if let Some((_, attempt)) = self.acquire_at {
+            at(self.not_before.map_or(attempt, |nb| nb.max(attempt)));
+        }
+        if let Some(view) = &self.view {
+            // The holder shown to readers changes at expiry.
+            if let Standing::Held { duration, .. } = view.standing {
+                at(view.observed_at + duration);
+            }
+        }
+        wake
+    }
+
+    /// The facts to publish, as of `now`.
+    pub fn snapshot(&self, now: Instant) -> Snapshot {
+        let (leading, term, deadline) = match &self.role {
+            Role::Leading { term, deadline, .. } => (true, Some(term.clone()), Some(*deadline)),
+            Role::Following => (false, None, None),
+        };
+        let holder = if leading {
+            Some(self.settings.identity.clone())
+        } else {
+            self.view.as_ref().and_then(|view| match &view.standing {
+                Standing::Held {
+                    holder, duration, ..
+                } if now < view.observed_at + *duration => holder.clone(),
+                _ => None,
+            })
+        };
+        Snapshot {
+            leading,
+            term,
+            holder,
+            deadline,
+            last_stop: self.last_stop,
+            observed: self.view.is_some(),
+        }
+    }
+
+    // --- observations ---
+
+    fn observe(&mut self, lease: Option<Lease>, now: Now) {
+        if let Some(lease) = &lease
+            && self.is_stale(lease)
+        {
+            return;
+        }
+        // Anything fresh answers a pending 409: the next write builds on it.
+        self.conflict_at = None;
+        if let Some(rv) = lease.as_ref().and_then(Lease::resource_version) {
+            self.remember_version(rv);
+        }
+        let changed = match (&self.view, &lease) {
+            (None, _) => true,
+            (Some(view), Some(new)) => {
+                view.lease.as_ref().map(Lease::content) != Some(new.content())
+            }
+            (Some(view), None) => view.lease.is_some(),
+        };
+        if !changed {
+            // Same record (a label edit, a repeated event): keep the newer
+            // object to write from, but not a new expiry clock (G3).
+            if let (Some(view), Some(new)) = (&mut self.view, lease) {
+                view.lease = Some(new);
+            }
+            return;
+        }
+        let standing = self.standing_of(lease.as_ref());
+        if let Standing::Held {
+            holder: Some(holder),
+            ..
+        } = &standing
+        {
+            self.last_holder = Some(holder.clone());
+        }
+        if standing == Standing::Free {
+            self.last_holder = None;
+        }
+        self.view = Some(View {
+            lease,
+            standing,
+            observed_at: now.instant,
+        });
+        self.acquire_at = None;
+        self.judge_ownership(now);
+    }
+
+    /// How a newly observed record stands (G7).
+    fn standing_of(&self, lease: Option<&Lease>) -> Standing {
+        let local = self.settings.lease_duration;
+        match lease {
+            Some(lease) if lease.is_marked_released() => Standing::Free,
+            Some(lease) => {
+                let record = lease.record();
+                Standing::Held {
+                    holder: record.holder.clone().or_else(|| self.last_holder.clone()),
+                    renew_micros: record.renew_micros,
+                    duration: record.duration.map_or(local, |d| d.max(local)),
+                }
+            }
+            // Absent: free if it never existed as far as we know, else held by
+            // the last holder for one more duration.
+            None => match &self.view {
+                None => Standing::Free,
+                Some(view) => match &view.standing {
+                    Standing::Free => Standing::Free,
+                    Standing::Held { duration, .. } => Standing::Held {
+                        holder: self.last_holder.clone(),
+                        renew_micros: None,
+                        duration: *duration,
+                    },
+                },
+            },
+        }
+    }
+
+    /// After an observation: step down if the record is no longer ours, take
+    /// credit for an own write whose response was lost.
+    fn judge_ownership(&mut self, now: Now) {
+        let Some(view) = &self.view else { return };
+        let record = view.lease.as_ref().map(Lease::record);
+        let own = record.as_ref().and_then(|r| self.own_write_of(r));
+        match (&mut self.role, own) {
+            (
+                Role::Leading {
+                    deadline, renew_at, ..
+                },
+                Some(write),
+            ) => {
+                // Still ours; a write we had no answer for counts from when it was sent.
+                *deadline = (*deadline).max(write.sent_at + self.settings.renew_deadline);
+                *renew_at = (*renew_at).max(write.sent_at + self.settings.retry_period);
+                if write.purpose == Purpose::Renew {
+                    self.not_before = None;
+                }
+            }
+            (Role::Leading { .. }, None) => {
+                let reason = match record {
+                    None => StopReason::LeaseDeleted,
+                    Some(r) if r.holder.is_none() => StopReason::HolderCleared,
+                    Some(_) => StopReason::LostToOtherHolder,
+                };
+                self.step_down(reason);
+            }
+            (Role::Following, Some(write))
+                if write.purpose == Purpose::Acquire
+                    && !self.shutting_down
+                    && now.instant < write.sent_at + self.settings.renew_deadline =>
+            {
+                // Our acquisition committed though its response was lost.
+                let lease = view.lease.as_ref().expect("an own record has a lease");
+                self.start_leading(lease.term_id(), write.sent_at);
+            }
+            (Role::Following, _) => {}
+        }
+    }
+
+    fn is_own(&self, record: &lease::Record) -> bool {
+        self.own_write_of(record).is_some()
+    }
+
+    fn own_write_of(&self, record: &lease::Record) -> Option<OwnWrite> {
+        if record.holder.as_deref() != Some(self.settings.identity.as_str()) {
+            return None;
+        }
+        let renew = record.renew_micros?;
+        self.own_writes
+            .iter()
+            .rev()
+            .find(|w| w.renew_micros == renew && w.purpose != Purpose::Release)
+            .copied()
+    }
+
+    /// A watch event older than what a write response already showed.
+    fn is_stale(&self, lease: &Lease) -> bool {
+        let Some(rv) = lease.resource_version() else {
+            return false;
+        };
+        if self.seen_versions.iter().any(|seen| seen == rv) {
+            return true;
+        }
+        // resourceVersions are opaque, but within one object they only grow;
+        // compare them when both are numbers (they are, on etcd).
+        let current = self.view.as_ref().and_then(|v| v.lease.as_ref());
+        match current {
+            Some(current) if current.uid() == lease.uid() => {
+                match (
+                    current.resource_version().map(str::parse::<u64>),
+                    rv.parse::<u64>(),
+                ) {
+                    (Some(Ok(current)), Ok(new)) => new < current,
+                    _ => false,
+                }
+            }
+            _ => false,
+        }
+    }
+
+    fn remember_version(&mut self, rv: &str) {
+        if self.seen_versions.len() == SEEN_VERSIONS {
+            self.seen_versions.pop_front();
+        }
+        self.seen_versions.push_back(rv.to_owned());
+    }
+
+    // --- write and read results ---
+
+    fn written(&mut self, result: Result<Lease, ApiError>, now: Now, actions: &mut Vec<Action>) {
+        let Some(Pending::Write {
+            purpose,
+            sent_at,
+            base_rv,
+        }) = self.pending.take()
+        else {
+            return;
+        };
+        match result {
+            // A PUT that changed nothing keeps the resourceVersion: it proves
+            // nothing about our claim (G4).
+            Ok(lease) if base_rv.is_some() && lease.resource_version() == base_rv.as_deref() => {
+                self.failures += 1;
+                self.not_before = Some(now.instant + self.settings.retry_period);
+            }
+            Ok(lease) => {
+                self.failures = 0;
+                self.not_before = None;
+                self.renew_unreachable = false;
+                let term = lease.term_id();
+                self.observe(Some(lease), now);
+                match purpose {
+                    Purpose::Acquire if !self.shutting_down && !self.is_leading() => {
+                        self.start_leading(term, sent_at);
+                    }
+                    Purpose::Renew => {
+                        if let Role::Leading {
+                            deadline, renew_at, ..
+                        } = &mut self.role
+                        {
+                            *deadline = (*deadline).max(sent_at + self.settings.renew_deadline);
+                            *renew_at = sent_at + self.settings.retry_period;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Err(error) => {
+                match (&error, purpose) {
+                    (ApiError::Forbidden(_), Purpose::Renew) => {
+                        self.step_down(StopReason::Forbidden);
+                    }
+                    (ApiError::NotFound, Purpose::Renew) => {
+                        self.step_down(StopReason::LeaseDeleted);
+                    }
+                    _ => {}
+                }
+                if purpose == Purpose::Renew {
+                    self.renew_unreachable = error.is_unreachable();
+                }
+                self.failed(&error, now, actions);
+            }
+        }
+    }
+
+    /// What an error means for the next attempt.
+    fn failed(&mut self, error: &ApiError, now: Now, actions: &mut Vec<Action>) {
+        let retry = self.settings.retry_period;
+        match error {
+            // Someone else wrote: the watch will say what (DESIGN "Contention").
+            ApiError::Conflict(_) | ApiError::NotFound => {
+                self.conflict_at = Some(now.instant);
+            }
+            ApiError::TooManyRequests { retry_after } => {
+                self.not_before = Some(now.instant + retry_after.unwrap_or(retry));
+            }
+            ApiError::Unauthorized => {
+                actions.push(Action::ReloadCredentials);
+                self.backoff(now);
+            }
+            _ => self.backoff(now),
+        }
+    }
+
+    /// Exponential backoff from the retry period up to the lease duration,
+    /// with jitter so candidates spread out.
+    fn backoff(&mut self, now: Now) {
+        self.failures = self.failures.saturating_add(1);
+        if self.is_leading() {
+            // A leader retries every retry period until its deadline.
+            self.not_before = Some(now.instant + self.settings.retry_period);
+            return;
+        }
+        let base = self.settings.retry_period;
+        let exp = base.saturating_mul(1 << self.failures.min(8).saturating_sub(1));
+        let capped = exp.min(self.settings.lease_duration);
+        let jitter = capped.mul_f64(self.rng.f64() * 0.2);
+        self.not_before = Some(now.instant + capped + jitter);
+    }
+
+    // --- role changes ---
+
+    fn start_leading(&mut self, term: TermId, sent_at: Instant) {
+        self.role = Role::Leading {
+            term,
+            deadline: sent_at + self.settings.renew_deadline,
+            renew_at: sent_at + self.settings.retry_period,
+        };
+        self.acquire_at = None;
+    }
+
+    fn step_down(&mut self, reason: StopReason) {
+        if self.is_leading() {
+            self.role = Role::Following;
+            self.last_stop = Some(reason);
+            self.conflict_at = None;
+        }
+    }
+
+    fn enforce_deadline(&mut self, now: Instant) {
+        if let Role::Leading { deadline, .. } = self.role
+            && now >= deadline
+        {
+            let reason = if self.renew_unreachable {
+                StopReason::ApiUnreachable
+            } else {
+                StopReason::RenewDeadline
+            };
+            self.step_down(reason);
+        }
+    }
+
+    // --- the next request ---
+
+    fn next_request(&mut self, now: Now, actions: &mut Vec<Action>) {
+        if self.pending.is_some() || self.shutting_down {
+            return;
+        }
+        let Some(view) = &self.view else { return };
+        if self.not_before.is_some_and(|nb| now.instant < nb) {
+            return;
+        }
+        if let Some(conflict_at) = self.conflict_at {
+            // The watch normally answers a 409 within milliseconds; a read is
+            // the fallback for a watch that stays silent.
+            if now.instant >= conflict_at + self.settings.retry_period {
+                self.conflict_at = Some(now.instant);
+                self.pending = Some(Pending::Read);
+                actions.push(Action::Read {
+                    timeout: self.request_timeout(now.instant),
+                });
+            }
+            return;
+        }
+        match &self.role {
+            Role::Leading { renew_at, .. } => {
+                if now.instant >= *renew_at
+                    && let Some(lease) = view.lease.clone()
+                {
+                    let write = self.write(Purpose::Renew, &lease, now);
+                    actions.push(Action::Write(write));
+                }
+            }
+            Role::Following => {
+                let free_at = match &view.standing {
+                    Standing::Free => view.observed_at,
+                    Standing::Held { duration, .. } => view.observed_at + *duration,
+                };
+                let attempt = match self.acquire_at {
+                    Some((expiry, attempt)) if expiry == free_at => attempt,
+                    _ => {
+                        // Spread the herd at each expiry or release.
+                        let spread = self.settings.retry_period.mul_f64(self.rng.f64() * 0.5);
+                        let attempt = free_at.max(now.instant) + spread;
+                        self.acquire_at = Some((free_at, attempt));
+                        attempt
+                    }
+                };
+                if now.instant >= attempt {
+                    self.acquire_at = None;
+                    let lease = view.lease.clone();
+                    let write = match lease {
+                        Some(lease) => self.write(Purpose::Acquire, &lease, now),
+                        None => self.create(now),
+                    };
+                    actions.push(Action::Write(write));
+                }
+            }
+        }
+    }
+
+    /// A request may take no longer than the time left to the next deadline.
+    fn request_timeout(&self, now: Instant) -> Duration {
+        let limit = self.settings.renew_deadline / 2;
+        match self.lead_deadline() {
+            Some(deadline) => limit.min(deadline.saturating_duration_since(now)),
+            None => limit,
+        }
+    }
+
+    fn write(&mut self, purpose: Purpose, lease: &Lease, now: Now) -> Write {
+        let micros = self.next_renew_micros(now);
+        let object = match purpose {
+            Purpose::Acquire => lease.acquired(
+                &self.settings.identity,
+                micros,
+                self.settings.lease_duration,
+            ),
+            Purpose::Renew => lease.renewed(micros),
+            Purpose::Release => lease.released(),
+        };
+        self.sent(
+            purpose,
+            micros,
+            now,
+            lease.resource_version().map(str::to_owned),
+        );
+        Write {
+            purpose,
+            op: WriteOp::Replace(Box::new(object)),
+            timeout: self.request_timeout(now.instant),
+        }
+    }
+
+    fn create(&mut self, now: Now) -> Write {
+        let micros = self.next_renew_micros(now);
+        let s = &self.settings;
+        let object = lease::created(
+            &s.namespace,
+            &s.lease_name,
+            &s.identity,
+            micros,
+            s.lease_duration,
+        );
+        self.sent(Purpose::Acquire, micros, now, None);
+        Write {
+            purpose: Purpose::Acquire,
+            op: WriteOp::Create(Box::new(object)),
+            timeout: self.request_timeout(now.instant),
+        }
+    }
+
+    fn sent(&mut self, purpose: Purpose, renew_micros: i64, now: Now, base_rv: Option<String>) {
+        if self.own_writes.len() == OWN_WRITES {
+            self.own_writes.pop_front();
+        }
+        self.own_writes.push_back(OwnWrite {
+            renew_micros,
+            sent_at: now.instant,
+            purpose,
+        });
+        self.pending = Some(Pending::Write {
+            purpose,
+            sent_at: now.instant,
+            base_rv,
+        });
+    }
+
+    /// Every write gets a distinct `renewTime`, so each is recognisable (G7).
+    fn next_renew_micros(&self, now: Now) -> i64 {
+        let last = self.own_writes.back().map_or(i64::MIN, |w| w.renew_micros);
+        now.wall_micros.max(last + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,642 @@
+//! Pure state-machine tests with explicit instants: every transition of
+//! DESIGN.md's testing pyramid, level 1. A tiny in-test "server" stores what
+//! the machine writes and bumps the resourceVersion like the API server.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::*;
+use crate::api_error::Forbidden;
+use crate::lease::RELEASED_TERM_ANNOTATION;
+use crate::lease::fixtures::{LeaseBuilder, stored};
+
+const SECOND: i64 = 1_000_000;
+
+struct Harness {
+    election: Election,
+    t0: Instant,
+    /// The last object "stored on the server" and its resourceVersion.
+    server: Option<Lease>,
+    rv: u64,
+}
+
+fn settings(identity: &str) -> Settings {
+    Settings {
+        identity: identity.into(),
+        namespace: "ns".into(),
+        lease_name: "demo".into(),
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+    }
+}
+
+impl Harness {
+    fn new(identity: &str) -> Self {
+        Self {
+            election: Election::new(settings(identity), 7),
+            t0: Instant::now(),
+            server: None,
+            rv: 100,
+        }
+    }
+
+    fn now(&self, secs: f64) -> Now {
+        Now {
+            instant: self.t0 + Duration::from_secs_f64(secs),
+            wall_micros: 1_800_000_000 * SECOND + (secs * SECOND as f64) as i64,
+        }
+    }
+
+    fn feed(&mut self, input: Input, secs: f64) -> Vec<Action> {
+        let now = self.now(secs);
+        self.election.handle(input, now)
+    }
+
+    fn tick(&mut self, secs: f64) -> Vec<Action> {
+        self.feed(Input::Tick, secs)
+    }
+
+    /// Someone else changes the Lease on the server; returns the new object.
+    fn server_sets(&mut self, lease: LeaseBuilder) -> Lease {
+        self.rv += 1;
+        let lease = lease.rv(self.rv).build();
+        self.server = Some(lease.clone());
+        lease
+    }
+
+    /// The server accepts `action` (a write): the stored object.
+    fn accept(&mut self, action: &Action) -> Lease {
+        self.rv += 1;
+        let object = match action {
+            Action::Write(Write {
+                op: WriteOp::Create(o) | WriteOp::Replace(o),
+                ..
+            }) => (**o).clone(),
+            other => panic!("expected a write, got {other:?}"),
+        };
+        let lease = stored(object, self.rv);
+        self.server = Some(lease.clone());
+        lease
+    }
+
+    /// Ticks every 100 ms from `from` to `to` and returns the first write.
+    fn first_write(&mut self, from: f64, to: f64) -> Option<(f64, Action)> {
+        let mut t = from;
+        while t <= to {
+            for action in self.tick(t) {
+                if matches!(action, Action::Write(_)) {
+                    return Some((t, action));
+                }
+            }
+            t += 0.1;
+        }
+        None
+    }
+
+    /// Becomes leader of a fresh Lease at about t=0..1; returns when it wrote.
+    fn lead(&mut self) -> f64 {
+        self.feed(Input::Observed(None), 0.0);
+        let (t, create) = self.first_write(0.0, 1.1).expect("creates the lease");
+        assert!(matches!(
+            create,
+            Action::Write(Write {
+                op: WriteOp::Create(_),
+                purpose: Purpose::Acquire,
+                ..
+            })
+        ));
+        let stored = self.accept(&create);
+        self.feed(Input::Written(Ok(stored)), t + 0.01);
+        assert!(self.election.is_leading());
+        t
+    }
+
+    fn snapshot(&self, secs: f64) -> Snapshot {
+        self.election.snapshot(self.now(secs).instant)
+    }
+
+    fn deadline_secs(&self) -> f64 {
+        (self.election.lead_deadline().unwrap() - self.t0).as_secs_f64()
+    }
+}
+
+fn is_write(actions: &[Action], purpose: Purpose) -> bool {
+    actions
+        .iter()
+        .any(|a| matches!(a, Action::Write(w) if w.purpose == purpose))
+}
+
+fn forbidden() -> ApiError {
+    ApiError::Forbidden(Forbidden::parse(
+        "User \"x\" cannot update resource \"leases\"",
+    ))
+}
+
+#[test]
+fn an_absent_lease_is_created_within_half_a_retry_period_and_led() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    assert!(
+        t <= 1.0,
+        "acquisition spread is at most retry_period/2, took {t}"
+    );
+    let snapshot = h.snapshot(t + 0.1);
+    assert_eq!(snapshot.holder.as_deref(), Some("me"));
+    assert_eq!(snapshot.term.unwrap().as_str(), "uid-new/0");
+    // Deadline = sent + renew_deadline.
+    assert!((h.deadline_secs() - (t + 10.0)).abs() < 1e-6);
+}
+
+#[test]
+fn nothing_is_written_before_the_api_server_answered() {
+    let mut h = Harness::new("me");
+    for t in 0..30 {
+        assert!(h.tick(t as f64).is_empty());
+    }
+    assert!(!h.snapshot(30.0).observed);
+}
+
+#[test]
+fn the_leader_renews_every_retry_period_and_each_success_extends_the_deadline() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    assert!(
+        h.tick(t + 1.9).is_empty(),
+        "no renew before the retry period"
+    );
+    let renew = h.tick(t + 2.0);
+    assert!(is_write(&renew, Purpose::Renew));
+    let stored = h.accept(&renew[0]);
+    h.feed(Input::Written(Ok(stored)), t + 2.05);
+    assert!((h.deadline_secs() - (t + 12.0)).abs() < 1e-6);
+}
+
+#[test]
+fn the_leader_steps_down_at_the_deadline_while_its_renew_hangs() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let renew = h.tick(t + 2.0);
+    assert!(is_write(&renew, Purpose::Renew));
+    // The request never answers; the timer alone ends the term (G2).
+    assert!(h.tick(t + 9.99).is_empty());
+    assert!(h.election.is_leading());
+    h.tick(t + 10.0);
+    assert!(!h.election.is_leading());
+    assert_eq!(
+        h.snapshot(t + 10.0).last_stop,
+        Some(StopReason::RenewDeadline)
+    );
+    // A late success of the old renew does not revive the term.
+    let stored = h.accept(&renew[0]);
+    h.feed(Input::Written(Ok(stored)), t + 11.0);
+    assert!(!h.election.is_leading());
+}
+
+#[test]
+fn renews_that_cannot_reach_the_api_server_end_the_term_as_api_unreachable() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let mut at = t + 2.0;
+    while h.election.is_leading() {
+        let actions = h.tick(at);
+        if is_write(&actions, Purpose::Renew) {
+            h.feed(
+                Input::Written(Err(ApiError::Transport("connection refused".into()))),
+                at,
+            );
+        }
+        at += 0.1;
+    }
+    assert!(at - t <= 10.2, "stepped down at {at}");
+    assert_eq!(h.snapshot(at).last_stop, Some(StopReason::ApiUnreachable));
+}
+
+#[test]
+fn a_lost_renew_response_does_not_cost_the_lease() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let renew = h.tick(t + 2.0);
+    // The server committed the renew, but the response was lost.
+    let committed = h.accept(&renew[0]);
+    h.feed(
+        Input::Written(Err(ApiError::Transport("reset".into()))),
+        t + 2.1,
+    );
+    assert!(h.election.is_leading());
+    // The watch shows the committed record: ours (identity + our renewTime),
+    // and the deadline counts from when that renew was sent.
+    h.feed(Input::Observed(Some(committed.clone())), t + 2.2);
+    assert!(h.election.is_leading());
+    assert!((h.deadline_secs() - (t + 12.0)).abs() < 1e-6);
+    // The next renew builds on the committed resourceVersion.
+    let next = h.tick(t + 4.0);
+    match &next[..] {
+        [Action::Write(w)] => match &w.op {
+            WriteOp::Replace(o) => assert_eq!(
+                o.metadata.resource_version,
+                committed.object().metadata.resource_version
+            ),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.snapshot(t + 4.0).last_stop, None, "no transition");
+}
+
+#[test]
+fn a_label_edit_conflicts_a_renew_but_keeps_the_lease() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let ours = h.server.clone().unwrap();
+    // GitOps adds a label: same record, new resourceVersion.
+    let mut edited = ours.object().clone();
+    edited.metadata.labels = Some([("team".to_owned(), "sre".to_owned())].into());
+    h.rv += 1;
+    edited.metadata.resource_version = Some(h.rv.to_string());
+    let edited = Lease::new(edited);
+    let renew = h.tick(t + 2.0);
+    h.feed(
+        Input::Written(Err(ApiError::Conflict("Conflict".into()))),
+        t + 2.05,
+    );
+    assert!(h.election.is_leading());
+    // The watch brings the edit; the renew is retried on top of it.
+    let retry = h.feed(Input::Observed(Some(edited)), t + 2.1);
+    assert!(is_write(&retry, Purpose::Renew), "{retry:?}");
+    let stored = h.accept(&retry[0]);
+    assert_eq!(
+        stored.object().metadata.labels.as_ref().unwrap()["team"],
+        "sre"
+    );
+    h.feed(Input::Written(Ok(stored)), t + 2.3);
+    assert!(h.election.is_leading());
+    assert!(h.deadline_secs() > t + 12.0);
+    let _ = renew;
+}
+
+#[test]
+fn another_holder_in_the_record_ends_the_term_at_once() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let ghost = h.server_sets(LeaseBuilder::held_by("ghost").uid("uid-new"));
+    h.feed(Input::Observed(Some(ghost)), t + 3.0);
+    assert!(!h.election.is_leading());
+    let snapshot = h.snapshot(t + 3.0);
+    assert_eq!(snapshot.last_stop, Some(StopReason::LostToOtherHolder));
+    assert_eq!(snapshot.holder.as_deref(), Some("ghost"));
+}
+
+#[test]
+fn a_follower_takes_over_only_one_duration_after_it_saw_the_record_change() {
+    let mut h = Harness::new("b");
+    // The remote renewTime is ancient; it is never compared with our clock (G3).
+    let held = h.server_sets(LeaseBuilder::held_by("a").renewed_at(0));
+    h.feed(Input::Observed(Some(held)), 1.0);
+    assert_eq!(h.first_write(1.0, 15.95), None);
+    let (at, acquire) = h.first_write(16.0, 17.1).expect("acquires after expiry");
+    assert!(at < 17.05, "spread at most retry/2: {at}");
+    match &acquire {
+        Action::Write(Write {
+            purpose: Purpose::Acquire,
+            op: WriteOp::Replace(o),
+            ..
+        }) => {
+            assert_eq!(o.data["spec"]["holderIdentity"], "b");
+            assert_eq!(o.data["spec"]["leaseTransitions"], 1);
+            assert_eq!(o.metadata.resource_version.as_deref(), Some("101"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn each_change_of_the_record_restarts_the_expiry_clock() {
+    let mut h = Harness::new("b");
+    let first = h.server_sets(LeaseBuilder::held_by("a").renewed_at(1));
+    h.feed(Input::Observed(Some(first)), 0.0);
+    let renewed = h.server_sets(LeaseBuilder::held_by("a").renewed_at(2));
+    h.feed(Input::Observed(Some(renewed)), 10.0);
+    assert_eq!(h.first_write(10.0, 24.95), None);
+    assert!(h.first_write(25.0, 26.1).is_some());
+}
+
+#[test]
+fn a_label_edit_on_a_dead_leaders_lease_does_not_keep_it_alive() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    let labelled = h.server_sets(LeaseBuilder::held_by("a").label("x", "y"));
+    h.feed(Input::Observed(Some(labelled)), 10.0);
+    assert!(
+        h.first_write(15.0, 16.1).is_some(),
+        "expiry counts from the last record change"
+    );
+}
+
+#[test]
+fn the_record_duration_counts_when_longer_and_the_local_one_when_shorter() {
+    let mut h = Harness::new("b");
+    let long = h.server_sets(LeaseBuilder::held_by("a").duration_secs(60));
+    h.feed(Input::Observed(Some(long)), 0.0);
+    assert_eq!(h.first_write(0.0, 59.9), None);
+    assert!(h.first_write(60.0, 61.1).is_some());
+
+    let mut h = Harness::new("b");
+    let short = h.server_sets(LeaseBuilder::held_by("a").duration_secs(1));
+    h.feed(Input::Observed(Some(short)), 0.0);
+    assert_eq!(h.first_write(0.0, 14.9), None);
+    assert!(h.first_write(15.0, 16.1).is_some());
+}
+
+#[test]
+fn an_operator_writing_our_name_does_not_make_us_leader() {
+    let mut h = Harness::new("me");
+    // `me` in holderIdentity, but not a renewTime of ours (G7).
+    let named = h.server_sets(LeaseBuilder::held_by("me").transitions(3));
+    h.feed(Input::Observed(Some(named)), 0.0);
+    assert!(!h.election.is_leading());
+    assert_eq!(h.first_write(0.0, 14.9), None);
+    let (_, acquire) = h.first_write(15.0, 16.1).unwrap();
+    // Taking it is a new term, even from the same name (G5).
+    let stored = h.accept(&acquire);
+    assert_eq!(stored.record().transitions, 4);
+    h.feed(Input::Written(Ok(stored)), 16.2);
+    assert!(h.election.is_leading());
+}
+
+#[test]
+fn a_marked_release_is_taken_at_once() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a").transitions(2));
+    h.feed(Input::Observed(Some(held.clone())), 0.0);
+    let released = h.server_sets(
+        LeaseBuilder::unheld()
+            .transitions(2)
+            .annotation(RELEASED_TERM_ANNOTATION, held.term_id().as_str()),
+    );
+    h.feed(Input::Observed(Some(released)), 3.0);
+    let (at, _) = h
+        .first_write(3.0, 4.1)
+        .expect("takes the release without waiting for expiry");
+    assert!(at <= 4.0);
+}
+
+#[test]
+fn an_unmarked_clear_ends_the_term_and_counts_as_held_for_a_duration() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let uid = h.server.as_ref().unwrap().uid().unwrap().to_owned();
+    let cleared = h.server_sets(LeaseBuilder::unheld().uid(&uid));
+    h.feed(Input::Observed(Some(cleared)), t + 3.0);
+    assert!(!h.election.is_leading());
+    let snapshot = h.snapshot(t + 3.0);
+    assert_eq!(snapshot.last_stop, Some(StopReason::HolderCleared));
+    assert_eq!(
+        snapshot.holder.as_deref(),
+        Some("me"),
+        "still held by the last holder"
+    );
+    assert_eq!(h.first_write(t + 3.0, t + 17.9), None);
+    assert!(h.first_write(t + 18.0, t + 19.1).is_some());
+}
+
+#[test]
+fn a_deleted_lease_ends_the_term_and_is_recreated_after_a_duration() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    h.server = None;
+    h.feed(Input::Observed(None), t + 3.0);
+    assert!(!h.election.is_leading());
+    assert_eq!(
+        h.snapshot(t + 3.0).last_stop,
+        Some(StopReason::LeaseDeleted)
+    );
+    assert_eq!(h.first_write(t + 3.0, t + 17.9), None);
+    let (_, create) = h.first_write(t + 18.0, t + 19.1).unwrap();
+    assert!(matches!(
+        create,
+        Action::Write(Write {
+            op: WriteOp::Create(_),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_lease_deleted_before_we_ever_saw_it_held_is_free() {
+    let mut h = Harness::new("me");
+    h.feed(Input::Observed(None), 0.0);
+    assert!(h.first_write(0.0, 1.1).is_some());
+}
+
+#[test]
+fn a_forbidden_renew_ends_the_term_at_once_and_retries_with_backoff() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let renew = h.tick(t + 2.0);
+    assert!(is_write(&renew, Purpose::Renew));
+    h.feed(Input::Written(Err(forbidden())), t + 2.1);
+    assert!(!h.election.is_leading());
+    assert_eq!(h.snapshot(t + 2.1).last_stop, Some(StopReason::Forbidden));
+    // It keeps contending: after the record expires it tries again (G1),
+    // and keeps trying, further apart, while the 403 lasts.
+    let (first, action) = h.first_write(t + 2.1, t + 40.0).expect("retries");
+    h.feed(Input::Written(Err(forbidden())), first + 0.1);
+    let (second, action2) = h
+        .first_write(first + 0.1, first + 60.0)
+        .expect("retries again");
+    h.feed(Input::Written(Err(forbidden())), second + 0.1);
+    let (third, _) = h
+        .first_write(second + 0.1, second + 60.0)
+        .expect("and again");
+    assert!(
+        third - second > second - first,
+        "backoff grows: {first} {second} {third}"
+    );
+    let _ = (action, action2);
+}
+
+#[test]
+fn a_put_that_changes_nothing_does_not_count_as_a_renew() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let before = h.deadline_secs();
+    let renew = h.tick(t + 2.0);
+    assert!(is_write(&renew, Purpose::Renew));
+    // The API server answers 200 with the same resourceVersion (05b).
+    let same = h.server.clone().unwrap();
+    h.feed(Input::Written(Ok(same)), t + 2.1);
+    assert_eq!(h.deadline_secs(), before);
+}
+
+#[test]
+fn a_stale_watch_event_after_a_write_response_is_ignored() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let old = h.server.clone().unwrap();
+    let renew = h.tick(t + 2.0);
+    let stored = h.accept(&renew[0]);
+    h.feed(Input::Written(Ok(stored.clone())), t + 2.1);
+    // The watch lags behind and now delivers the previous version.
+    h.feed(Input::Observed(Some(old)), t + 2.2);
+    h.feed(Input::Observed(Some(stored)), t + 2.3);
+    let next = h.tick(t + 4.0);
+    match &next[..] {
+        [
+            Action::Write(Write {
+                op: WriteOp::Replace(o),
+                ..
+            }),
+        ] => {
+            assert_eq!(
+                o.metadata.resource_version.as_deref(),
+                Some(h.rv.to_string().as_str())
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_malformed_lease_is_treated_as_held_and_never_panics() {
+    let mut h = Harness::new("b");
+    let weird = h.server_sets(
+        LeaseBuilder::held_by("a")
+            .spec_field("leaseDurationSeconds", json!("soon"))
+            .spec_field("renewTime", json!(42))
+            .spec_field("leaseTransitions", json!("many")),
+    );
+    h.feed(Input::Observed(Some(weird)), 0.0);
+    assert_eq!(h.snapshot(0.0).holder.as_deref(), Some("a"));
+    assert_eq!(h.first_write(0.0, 14.9), None);
+    let (_, acquire) = h.first_write(15.0, 16.1).unwrap();
+    let stored = h.accept(&acquire);
+    assert_eq!(stored.record().transitions, 1);
+}
+
+#[test]
+fn an_acquisition_whose_response_was_lost_leads_once_the_watch_shows_it() {
+    let mut h = Harness::new("me");
+    h.feed(Input::Observed(None), 0.0);
+    let (t, create) = h.first_write(0.0, 1.1).unwrap();
+    let committed = h.accept(&create);
+    h.feed(
+        Input::Written(Err(ApiError::Timeout(Duration::from_secs(5)))),
+        t + 5.0,
+    );
+    assert!(!h.election.is_leading());
+    h.feed(Input::Observed(Some(committed.clone())), t + 5.1);
+    assert!(h.election.is_leading());
+    assert_eq!(h.snapshot(t + 5.1).term, Some(committed.term_id()));
+    assert!(
+        (h.deadline_secs() - (t + 10.0)).abs() < 1e-6,
+        "counts from when it was sent"
+    );
+}
+
+#[test]
+fn throttling_waits_for_retry_after_and_a_401_reloads_credentials() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    let (at, _) = h.first_write(15.0, 16.1).unwrap();
+    let retry_after = Some(Duration::from_secs(7));
+    h.feed(
+        Input::Written(Err(ApiError::TooManyRequests { retry_after })),
+        at + 0.1,
+    );
+    assert_eq!(h.first_write(at + 0.1, at + 7.05), None);
+    let (again, _) = h
+        .first_write(at + 7.1, at + 8.2)
+        .expect("retries after Retry-After");
+    let actions = h.feed(Input::Written(Err(ApiError::Unauthorized)), again + 0.1);
+    assert_eq!(actions, vec![Action::ReloadCredentials]);
+}
+
+#[test]
+fn a_conflict_waits_for_the_watch_and_reads_only_if_it_stays_silent() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    let (at, _) = h.first_write(15.0, 16.1).unwrap();
+    h.feed(
+        Input::Written(Err(ApiError::Conflict("Conflict".into()))),
+        at + 0.1,
+    );
+    for step in 1..19 {
+        let actions = h.tick(at + 0.1 + step as f64 * 0.1);
+        assert!(
+            actions.is_empty(),
+            "no request while waiting for the watch: {actions:?}"
+        );
+    }
+    let actions = h.tick(at + 2.2);
+    assert!(matches!(actions[..], [Action::Read { .. }]), "{actions:?}");
+}
+
+#[test]
+fn shutdown_steps_down_then_releases_with_the_term_mark() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let term = h.snapshot(t).term.unwrap();
+    let actions = h.feed(Input::Shutdown, t + 1.0);
+    assert!(actions.is_empty());
+    assert!(!h.election.is_leading());
+    assert_eq!(h.snapshot(t + 1.0).last_stop, Some(StopReason::Shutdown));
+    let release = h
+        .election
+        .release(h.now(t + 1.0), Duration::from_secs(5))
+        .unwrap();
+    let WriteOp::Replace(object) = &release.op else {
+        panic!()
+    };
+    assert_eq!(object.data["spec"].get("holderIdentity"), None);
+    assert_eq!(
+        object.metadata.annotations.as_ref().unwrap()[RELEASED_TERM_ANNOTATION],
+        term.as_str()
+    );
+    // Never acquires again after shutdown.
+    assert!(h.first_write(t + 1.0, t + 40.0).is_none());
+}
+
+#[test]
+fn shutdown_of_a_follower_releases_nothing() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    h.feed(Input::Shutdown, 1.0);
+    assert!(
+        h.election
+            .release(h.now(1.0), Duration::from_secs(5))
+            .is_none()
+    );
+}
+
+#[test]
+fn it_loses_and_regains_the_lease_any_number_of_times() {
+    let mut h = Harness::new("me");
+    let mut t = h.lead();
+    let uid = h.server.as_ref().unwrap().uid().unwrap().to_owned();
+    let mut terms = std::collections::HashSet::new();
+    for round in 0..25 {
+        terms.insert(h.snapshot(t).term.unwrap());
+        // Someone else takes it...
+        let other = h.server_sets(
+            LeaseBuilder::held_by("other")
+                .uid(&uid)
+                .transitions(1000 + round),
+        );
+        h.feed(Input::Observed(Some(other)), t + 1.0);
+        assert!(!h.election.is_leading());
+        // ...and goes away; we take it back after expiry.
+        let (at, acquire) = h.first_write(t + 1.0, t + 17.1).expect("contends again");
+        let stored = h.accept(&acquire);
+        h.feed(Input::Written(Ok(stored)), at + 0.05);
+        assert!(h.election.is_leading(), "round {round}");
+        t = at + 0.05;
+    }
+    assert_eq!(terms.len(), 25, "every term has its own id");
+}

@@ -1,0 +1,221 @@
+//! The HTTP surface: routers built in functions (tests call them without a
+//! socket) and a server that takes a pre-bound listener and a cancellation
+//! token.
+//!
+//! - gate router (pod-local): `GET|HEAD /leader`
+//! - admin router (kubelet, Prometheus): `/leader`, `/healthz`, `/readyz`
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::state::{Heartbeat, LeaderBody, LeaderState, LeaseRef, since_text};
+
+/// What the handlers read.
+#[derive(Clone)]
+pub struct AppState {
+    pub state: watch::Receiver<LeaderState>,
+    pub identity: Arc<str>,
+    pub namespace: Arc<str>,
+    pub lease_name: Arc<str>,
+    pub heartbeat: Arc<Heartbeat>,
+    /// `/healthz` fails when the election loop was silent this long.
+    pub stuck_after: Duration,
+}
+
+/// The gate listener's routes: `/leader`.
+pub fn gate_router(app: AppState) -> Router {
+    Router::new().route("/leader", get(leader)).with_state(app)
+}
+
+/// The admin listener's routes: `/leader`, `/healthz`, `/readyz`.
+pub fn admin_router(app: AppState) -> Router {
+    Router::new()
+        .route("/leader", get(leader))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(app)
+}
+
+/// Serves `router` on `listener` until `shutdown` is cancelled.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}
+
+/// 200 when leading at this very moment, 503 otherwise (HEAD: same, no body).
+async fn leader(State(app): State<AppState>) -> Response {
+    let state = app.state.borrow().clone();
+    // Decided now, against the boot-clock deadline, not when published (G2).
+    let valid_for = state.valid_for();
+    let leading = state.leading_now();
+    let body = LeaderBody {
+        leading,
+        identity: &app.identity,
+        holder: state.holder.as_deref(),
+        lease: LeaseRef {
+            namespace: &app.namespace,
+            name: &app.lease_name,
+        },
+        term: state.term.as_deref().filter(|_| leading),
+        since: since_text(&state),
+        valid_for_ms: valid_for.as_millis() as u64,
+        seq: state.seq,
+        last_stop_reason: state.last_stop,
+    };
+    let status = if leading {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+/// Liveness: fails only when the election task ended or is stuck.
+async fn healthz(State(app): State<AppState>) -> (StatusCode, &'static str) {
+    if app.heartbeat.is_alive(app.stuck_after) {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "election task is not running\n",
+        )
+    }
+}
+
+/// Readiness: the API server answered at least once.
+async fn readyz(State(app): State<AppState>) -> (StatusCode, &'static str) {
+    if app.state.borrow().observed {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for the API server\n",
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::BootInstant;
+    use crate::state::Publisher;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    fn app(state: LeaderState) -> AppState {
+        let (_, rx) = watch::channel(state);
+        AppState {
+            state: rx,
+            identity: "me".into(),
+            namespace: "ns".into(),
+            lease_name: "demo".into(),
+            heartbeat: Heartbeat::new(),
+            stuck_after: Duration::from_secs(15),
+        }
+    }
+
+    fn leading(valid_until: BootInstant) -> LeaderState {
+        LeaderState {
+            leading: true,
+            holder: Some("me".into()),
+            term: Some("uid/1".into()),
+            since_micros: 0,
+            valid_until: Some(valid_until),
+            seq: 1,
+            last_stop: None,
+            observed: true,
+        }
+    }
+
+    async fn get(router: Router, method: &str, path: &str) -> (StatusCode, serde_json::Value) {
+        let response = router
+            .oneshot(
+                Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+        (status, json)
+    }
+
+    #[tokio::test]
+    async fn leader_answers_200_with_the_contract_body_while_valid() {
+        let router = gate_router(app(leading(BootInstant::after(Duration::from_secs(10)))));
+        let (status, body) = get(router, "GET", "/leader").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["leading"], true);
+        assert_eq!(body["identity"], "me");
+        assert_eq!(body["holder"], "me");
+        assert_eq!(body["lease"]["namespace"], "ns");
+        assert_eq!(body["lease"]["name"], "demo");
+        assert_eq!(body["term"], "uid/1");
+        assert_eq!(body["seq"], 1);
+        let valid_for = body["valid_for_ms"].as_u64().unwrap();
+        assert!(valid_for > 9_000 && valid_for <= 10_000, "{valid_for}");
+    }
+
+    #[tokio::test]
+    async fn a_leading_snapshot_past_its_deadline_answers_503() {
+        // Published as leading, but the deadline passed before the read: G2
+        // says no 200 is computed after the deadline.
+        let router = gate_router(app(leading(BootInstant::now())));
+        let (status, body) = get(router, "GET", "/leader").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["leading"], false);
+        assert_eq!(body["valid_for_ms"], 0);
+        assert_eq!(body["term"], serde_json::Value::Null);
+    }
+
+    #[tokio::test]
+    async fn head_leader_has_the_status_and_no_body() {
+        let router = gate_router(app(leading(BootInstant::after(Duration::from_secs(5)))));
+        let (status, body) = get(router, "HEAD", "/leader").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, serde_json::Value::Null);
+    }
+
+    #[tokio::test]
+    async fn readyz_waits_for_the_api_server_and_healthz_for_a_live_loop() {
+        let (_publisher, rx) = Publisher::new();
+        let mut app = app(rx.borrow().clone());
+        app.state = rx;
+        let (status, _) = get(admin_router(app.clone()), "GET", "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        let (status, _) = get(admin_router(app.clone()), "GET", "/healthz").await;
+        assert_eq!(status, StatusCode::OK);
+        app.heartbeat.end();
+        let (status, _) = get(admin_router(app), "GET", "/healthz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[tokio::test]
+    async fn the_gate_listener_serves_only_leader() {
+        let router = gate_router(app(leading(BootInstant::now())));
+        let (status, _) = get(router, "GET", "/healthz").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+}

@@ -1,0 +1,408 @@
+//! The Lease object as leader-gate reads and writes it.
+//!
+//! Objects are kept whole (`DynamicObject`), so labels, annotations and spec
+//! fields this version does not know survive every write (G4). Reading is
+//! lenient: a malformed field reads as absent and never panics. The release
+//! mark of G6 lives here too.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease as TypedLease;
+use kube::api::{ApiResource, DynamicObject, ObjectMeta};
+use serde_json::{Map, Value, json};
+
+use crate::clock::{format_micro_time, parse_micro_time};
+
+/// Annotation a graceful release writes: the term id that released the
+/// Lease. A cleared holder counts as released only if this names the
+/// record's own term, so a stale mark from an earlier term is ignored.
+pub const RELEASED_TERM_ANNOTATION: &str = "leader-gate.dev/released-term";
+
+/// The `ApiResource` of `coordination.k8s.io/v1` Leases.
+pub fn api_resource() -> ApiResource {
+    ApiResource::erase::<TypedLease>(&())
+}
+
+/// Identifies one leadership term: the Lease's uid plus its
+/// `leaseTransitions`, unique even when the Lease is deleted and recreated.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TermId(String);
+
+impl TermId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TermId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The fields of the election record, read leniently from a Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// `holderIdentity`; an empty string reads as `None`.
+    pub holder: Option<String>,
+    /// `leaseDurationSeconds`, if present and positive.
+    pub duration: Option<Duration>,
+    /// `renewTime` in microseconds since the epoch, if it parses.
+    pub renew_micros: Option<i64>,
+    /// `leaseTransitions`, 0 when absent or malformed.
+    pub transitions: i64,
+}
+
+/// A Lease as observed from the API server.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    object: DynamicObject,
+}
+
+// === impl Lease ===
+
+impl Lease {
+    pub fn new(object: DynamicObject) -> Self {
+        Self { object }
+    }
+
+    pub fn object(&self) -> &DynamicObject {
+        &self.object
+    }
+
+    pub fn resource_version(&self) -> Option<&str> {
+        self.object.metadata.resource_version.as_deref()
+    }
+
+    pub fn uid(&self) -> Option<&str> {
+        self.object.metadata.uid.as_deref()
+    }
+
+    fn spec(&self) -> Option<&Map<String, Value>> {
+        self.object.data.get("spec").and_then(Value::as_object)
+    }
+
+    pub fn record(&self) -> Record {
+        let spec = self.spec();
+        let field = |name: &str| spec.and_then(|s| s.get(name));
+        Record {
+            holder: field("holderIdentity")
+                .and_then(Value::as_str)
+                .filter(|h| !h.is_empty())
+                .map(str::to_owned),
+            duration: field("leaseDurationSeconds")
+                .and_then(Value::as_i64)
+                .filter(|s| *s > 0)
+                .map(|s| Duration::from_secs(s as u64)),
+            renew_micros: field("renewTime")
+                .and_then(Value::as_str)
+                .and_then(parse_micro_time),
+            transitions: field("leaseTransitions")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
+        }
+    }
+
+    pub fn term_id(&self) -> TermId {
+        TermId(format!(
+            "{}/{}",
+            self.uid().unwrap_or_default(),
+            self.record().transitions
+        ))
+    }
+
+    /// The record content whose change restarts a follower's expiry clock
+    /// (G3): the spec, the release mark and the object's identity — not
+    /// labels or other metadata, which GitOps may edit at any time.
+    pub fn content(&self) -> Value {
+        json!([self.uid(), self.spec(), self.released_term()])
+    }
+
+    fn released_term(&self) -> Option<&str> {
+        self.object
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(RELEASED_TERM_ANNOTATION))
+            .map(String::as_str)
+    }
+
+    /// True when the holder was cleared by a graceful release of this very
+    /// term (G6), which peers may take at once.
+    pub fn is_marked_released(&self) -> bool {
+        self.record().holder.is_none() && self.released_term() == Some(self.term_id().as_str())
+    }
+
+    /// This object with `holderIdentity` taken by `identity`: a new term.
+    pub fn acquired(&self, identity: &str, now_micros: i64, duration: Duration) -> DynamicObject {
+        let transitions = self.record().transitions + 1;
+        let mut object = self.object.clone();
+        if let Some(annotations) = object.metadata.annotations.as_mut() {
+            annotations.remove(RELEASED_TERM_ANNOTATION);
+        }
+        let spec = spec_mut(&mut object);
+        let now = json!(format_micro_time(now_micros));
+        spec.insert("holderIdentity".into(), json!(identity));
+        spec.insert("leaseDurationSeconds".into(), json!(duration.as_secs()));
+        spec.insert("acquireTime".into(), now.clone());
+        spec.insert("renewTime".into(), now);
+        spec.insert("leaseTransitions".into(), json!(transitions));
+        object
+    }
+
+    /// This object with a fresh `renewTime`.
+    pub fn renewed(&self, now_micros: i64) -> DynamicObject {
+        let mut object = self.object.clone();
+        spec_mut(&mut object).insert("renewTime".into(), json!(format_micro_time(now_micros)));
+        object
+    }
+
+    /// This object with the holder cleared and the release mark of the
+    /// current term (G6).
+    pub fn released(&self) -> DynamicObject {
+        let term = self.term_id();
+        let mut object = self.object.clone();
+        object
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(RELEASED_TERM_ANNOTATION.into(), term.0);
+        spec_mut(&mut object).remove("holderIdentity");
+        object
+    }
+}
+
+/// A Lease to create when none exists: term 0 of a new uid.
+pub fn created(
+    namespace: &str,
+    name: &str,
+    identity: &str,
+    now_micros: i64,
+    duration: Duration,
+) -> DynamicObject {
+    let now = format_micro_time(now_micros);
+    let mut object = DynamicObject::new(name, &api_resource()).within(namespace);
+    object.metadata = ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(namespace.into()),
+        ..ObjectMeta::default()
+    };
+    object.data = json!({
+        "spec": {
+            "holderIdentity": identity,
+            "leaseDurationSeconds": duration.as_secs(),
+            "acquireTime": now,
+            "renewTime": now,
+            "leaseTransitions": 0,
+        }
+    });
+    object
+}
+
+fn spec_mut(object: &mut DynamicObject) -> &mut Map<String, Value> {
+    if !object.data.is_object() {
+        object.data = json!({});
+    }
+    let data = object.data.as_object_mut().expect("data is an object");
+    let spec = data.entry("spec").or_insert_with(|| json!({}));
+    if !spec.is_object() {
+        *spec = json!({});
+    }
+    spec.as_object_mut().expect("spec is an object")
+}
+
+#[cfg(test)]
+pub mod fixtures {
+    //! Builders for Leases in tests: `LeaseBuilder::held_by("a")`.
+    use super::*;
+
+    pub struct LeaseBuilder {
+        value: Value,
+    }
+
+    impl LeaseBuilder {
+        pub fn held_by(holder: &str) -> Self {
+            Self {
+                value: json!({
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": "demo", "namespace": "ns", "uid": "uid-1", "resourceVersion": "1"},
+                    "spec": {
+                        "holderIdentity": holder,
+                        "leaseDurationSeconds": 15,
+                        "renewTime": "2026-11-29T17:26:29.727769Z",
+                        "leaseTransitions": 0,
+                    }
+                }),
+            }
+        }
+
+        pub fn unheld() -> Self {
+            let mut builder = Self::held_by("");
+            builder.spec().remove("holderIdentity");
+            builder
+        }
+
+        fn spec(&mut self) -> &mut Map<String, Value> {
+            self.value["spec"].as_object_mut().unwrap()
+        }
+
+        pub fn rv(mut self, rv: u64) -> Self {
+            self.value["metadata"]["resourceVersion"] = json!(rv.to_string());
+            self
+        }
+
+        pub fn uid(mut self, uid: &str) -> Self {
+            self.value["metadata"]["uid"] = json!(uid);
+            self
+        }
+
+        pub fn renewed_at(mut self, micros: i64) -> Self {
+            self.spec()
+                .insert("renewTime".into(), json!(format_micro_time(micros)));
+            self
+        }
+
+        pub fn duration_secs(mut self, secs: i64) -> Self {
+            self.spec()
+                .insert("leaseDurationSeconds".into(), json!(secs));
+            self
+        }
+
+        pub fn transitions(mut self, n: i64) -> Self {
+            self.spec().insert("leaseTransitions".into(), json!(n));
+            self
+        }
+
+        pub fn spec_field(mut self, name: &str, value: Value) -> Self {
+            self.spec().insert(name.into(), value);
+            self
+        }
+
+        pub fn label(mut self, key: &str, value: &str) -> Self {
+            self.value["metadata"]["labels"][key] = json!(value);
+            self
+        }
+
+        pub fn annotation(mut self, key: &str, value: &str) -> Self {
+            self.value["metadata"]["annotations"][key] = json!(value);
+            self
+        }
+
+        pub fn build(self) -> Lease {
+            Lease::new(serde_json::from_value(self.value).unwrap())
+        }
+    }
+
+    /// The server's answer to a write: `object` stored with a new rv.
+    pub fn stored(object: DynamicObject, rv: u64) -> Lease {
+        let mut object = object;
+        object.metadata.resource_version = Some(rv.to_string());
+        if object.metadata.uid.is_none() {
+            object.metadata.uid = Some("uid-new".into());
+        }
+        Lease::new(object)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn malformed_fields_read_as_absent() {
+        let lease = LeaseBuilder::held_by("a")
+            .spec_field("leaseDurationSeconds", json!("fifteen"))
+            .spec_field("renewTime", json!("yesterday"))
+            .spec_field("leaseTransitions", json!(null))
+            .build();
+        let record = lease.record();
+        assert_eq!(record.holder.as_deref(), Some("a"));
+        assert_eq!(record.duration, None);
+        assert_eq!(record.renew_micros, None);
+        assert_eq!(record.transitions, 0);
+    }
+
+    #[test]
+    fn a_spec_that_is_not_an_object_reads_as_empty_and_is_rewritten() {
+        let mut object: DynamicObject = serde_json::from_value(json!({
+            "metadata": {"name": "demo", "uid": "u", "resourceVersion": "3"},
+            "spec": "garbage"
+        }))
+        .unwrap();
+        object.types = None;
+        let lease = Lease::new(object);
+        assert_eq!(lease.record().holder, None);
+        let acquired = Lease::new(lease.acquired("me", 1_000_000, Duration::from_secs(15)));
+        assert_eq!(acquired.record().holder.as_deref(), Some("me"));
+    }
+
+    #[test]
+    fn writes_keep_unknown_fields_labels_and_annotations() {
+        let lease = LeaseBuilder::held_by("a")
+            .spec_field("strategy", json!("OldestEmulationVersion"))
+            .spec_field("futureField", json!({"x": 1}))
+            .label("team", "sre")
+            .annotation("note", "keep")
+            .build();
+        for object in [
+            lease.acquired("b", 5, Duration::from_secs(15)),
+            lease.renewed(5),
+            lease.released(),
+        ] {
+            assert_eq!(object.data["spec"]["futureField"], json!({"x": 1}));
+            assert_eq!(
+                object.data["spec"]["strategy"],
+                json!("OldestEmulationVersion")
+            );
+            assert_eq!(object.metadata.labels.as_ref().unwrap()["team"], "sre");
+            assert_eq!(
+                object.metadata.annotations.as_ref().unwrap()["note"],
+                "keep"
+            );
+            assert_eq!(object.metadata.resource_version.as_deref(), Some("1"));
+        }
+    }
+
+    #[test]
+    fn acquiring_increments_transitions_even_from_the_same_name() {
+        let lease = LeaseBuilder::held_by("me").transitions(4).build();
+        let acquired = Lease::new(lease.acquired("me", 7, Duration::from_secs(15)));
+        assert_eq!(acquired.record().transitions, 5);
+        assert_ne!(acquired.term_id(), lease.term_id());
+    }
+
+    #[test]
+    fn release_is_marked_with_the_released_term_only() {
+        let lease = LeaseBuilder::held_by("me").transitions(2).build();
+        let released = Lease::new(lease.released());
+        assert!(released.is_marked_released());
+        assert_eq!(released.record().holder, None);
+        // The same mark on a later term (or a cleared holder without it) is no release.
+        let later = LeaseBuilder::unheld()
+            .transitions(3)
+            .annotation(RELEASED_TERM_ANNOTATION, lease.term_id().as_str())
+            .build();
+        assert!(!later.is_marked_released());
+        assert!(!LeaseBuilder::unheld().build().is_marked_released());
+        // Acquiring drops the mark.
+        let reacquired = released.acquired("b", 9, Duration::from_secs(15));
+        assert!(
+            !reacquired
+                .metadata
+                .annotations
+                .unwrap()
+                .contains_key(RELEASED_TERM_ANNOTATION)
+        );
+    }
+
+    #[test]
+    fn content_ignores_labels_and_resource_version() {
+        let a = LeaseBuilder::held_by("a").build();
+        let b = LeaseBuilder::held_by("a").label("x", "y").rv(9).build();
+        assert_eq!(a.content(), b.content());
+        let c = LeaseBuilder::held_by("a").renewed_at(5).build();
+        assert_ne!(a.content(), c.content());
+    }
+}

@@ -1,0 +1,29 @@
+//! leader-gate keeps one pod of a group "the leader" through a Kubernetes
+//! `coordination.k8s.io/v1` Lease and tells the collector next to it, over
+//! plain HTTP, whether it may do cluster-wide work right now.
+//!
+//! # Layout
+//!
+//! - [`config`]: the command line and its validation (bad input exits 64).
+//! - [`election`]: the pure state machine — inputs and an `Instant` in,
+//!   actions out; the guarantees G1–G7 live here.
+//! - [`lease`]: the Lease object as read and written (whole objects, the
+//!   release mark).
+//! - [`api_error`]: classification of API server responses; 403 explained.
+//! - [`lease_client`]: the adapter that talks to the API server (kube-rs).
+//! - [`driver`]: the one task that owns the Lease and runs the machine.
+//! - [`state`]: the published leadership snapshot and the task's heartbeat.
+//! - [`http`]: the routers (`/leader`, `/healthz`, `/readyz`) and server.
+//! - [`clock`]: boot clock for read-time validity, MicroTime formatting.
+//!
+//! `src/main.rs` wires these together and owns signals and exit codes.
+
+pub mod api_error;
+pub mod clock;
+pub mod config;
+pub mod driver;
+pub mod election;
+pub mod http;
+pub mod lease;
+pub mod lease_client;
+pub mod state;

@@ -1,0 +1,199 @@
+//! The `leader-gate` binary: parses flags, wires the election driver to the
+//! HTTP listeners, and owns signals and exit codes (sysexits):
+//!
+//! - 0: clean shutdown after SIGTERM/SIGINT
+//! - 64 (EX_USAGE): an invalid flag, named in one line
+//! - 71 (EX_OSERR): a listener could not be bound
+//! - 78 (EX_CONFIG): no usable kube configuration (kubeconfig / in-cluster)
+//! - 128 + signal: a second signal during shutdown exits at once
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+use leader_gate::config::{Cli, Command, LogFormat, ServeConfig, resolve_namespace};
+use leader_gate::driver;
+use leader_gate::election::{Election, Settings};
+use leader_gate::http::{self, AppState};
+use leader_gate::lease_client::{self, KubeLeaseStore};
+use leader_gate::state::{Heartbeat, Publisher};
+
+const EX_USAGE: u8 = 64;
+const EX_OSERR: u8 = 71;
+const EX_CONFIG: u8 = 78;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) if !error.use_stderr() => {
+            // --help, --version
+            let _ = error.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            let rendered = error.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!("leader-gate: {}", first.trim_start_matches("error: "));
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    let Command::Serve(args) = cli.command;
+    let config = match args.validate(|name| std::env::var(name).ok(), hostname) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("leader-gate: {error}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    init_logging(config.log_format);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: ServeConfig) -> ExitCode {
+    // Listen first: /leader answers 503 even before the API server does (G8).
+    let (gate, admin) = match (
+        TcpListener::bind(config.listen).await,
+        TcpListener::bind(config.admin_listen).await,
+    ) {
+        (Ok(gate), Ok(admin)) => (gate, admin),
+        (Err(error), _) | (_, Err(error)) => {
+            tracing::error!(%error, listen = %config.listen, admin_listen = %config.admin_listen, "cannot bind a listener");
+            return ExitCode::from(EX_OSERR);
+        }
+    };
+    let kube_config = match lease_client::infer_config().await {
+        Ok(kube_config) => kube_config,
+        Err(error) => {
+            tracing::error!(%error, "no kube configuration: set KUBECONFIG or run in a pod with a service account");
+            return ExitCode::from(EX_CONFIG);
+        }
+    };
+    let namespace = match resolve_namespace(
+        config.lease_namespace.as_deref(),
+        &kube_config.default_namespace,
+    ) {
+        Ok(namespace) => namespace,
+        Err(error) => {
+            eprintln!("leader-gate: {error}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    let store = match KubeLeaseStore::new(kube_config, &namespace, &config.lease_name) {
+        Ok(store) => store,
+        Err(error) => {
+            tracing::error!(%error, "cannot build a Kubernetes client");
+            return ExitCode::from(EX_CONFIG);
+        }
+    };
+
+    let settings = Settings {
+        identity: config.identity.clone(),
+        namespace: namespace.clone(),
+        lease_name: config.lease_name.clone(),
+        lease_duration: config.lease_duration,
+        renew_deadline: config.renew_deadline,
+        retry_period: config.retry_period,
+    };
+    tracing::info!(
+        identity = %settings.identity, namespace = %namespace, lease = %settings.lease_name,
+        lease_duration = ?settings.lease_duration, renew_deadline = ?settings.renew_deadline,
+        retry_period = ?settings.retry_period, listen = %config.listen,
+        admin_listen = %config.admin_listen, "leader-gate starting"
+    );
+    let (publisher, state) = Publisher::new();
+    let heartbeat = Heartbeat::new();
+    let app = AppState {
+        state,
+        identity: config.identity.as_str().into(),
+        namespace: namespace.as_str().into(),
+        lease_name: config.lease_name.as_str().into(),
+        heartbeat: heartbeat.clone(),
+        stuck_after: config.lease_duration,
+    };
+
+    let stop_election = CancellationToken::new();
+    let stop_serving = CancellationToken::new();
+    let servers = [
+        tokio::spawn(http::serve(
+            gate,
+            http::gate_router(app.clone()),
+            stop_serving.clone(),
+        )),
+        tokio::spawn(http::serve(
+            admin,
+            http::admin_router(app),
+            stop_serving.clone(),
+        )),
+    ];
+    let election = Election::new(settings, fastrand::u64(..));
+    let driver = tokio::spawn(driver::run(
+        Arc::new(store),
+        election,
+        publisher,
+        heartbeat,
+        stop_election.clone(),
+        config.shutdown.clone(),
+    ));
+
+    let signal = first_signal().await;
+    tracing::info!(
+        signal,
+        "shutting down: stepping down, then releasing the lease"
+    );
+    tokio::spawn(async {
+        let second = first_signal().await;
+        tracing::warn!(signal = second, "second signal: exiting at once");
+        std::process::exit(128 + if second == "SIGINT" { 2 } else { 15 });
+    });
+    stop_election.cancel();
+    // The driver bounds its own hand-over by the shutdown timeout.
+    let _ = driver.await;
+    stop_serving.cancel();
+    for server in servers {
+        let _ = tokio::time::timeout(config.shutdown.timeout, server).await;
+    }
+    tracing::info!("stopped");
+    ExitCode::SUCCESS
+}
+
+async fn first_signal() -> &'static str {
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
+fn hostname() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its whole length; gethostname writes a
+    // NUL-terminated name into it (truncated if longer).
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    let name = String::from_utf8_lossy(&buf[..end]).into_owned();
+    (!name.is_empty()).then_some(name)
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,170 @@
+//! The published leadership state: the one snapshot that readers (`/leader`,
+//! later the event stream) answer from, and the election task's heartbeat.
+//!
+//! Only the election driver publishes; it maps the machine's monotonic
+//! deadline onto the boot clock, so a reader decides at read time whether a
+//! "leading" snapshot is still valid (G2).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::clock::{BootInstant, format_micro_time, wall_micros};
+use crate::election::Snapshot;
+
+/// What is published after every change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaderState {
+    /// The machine says "leading"; readers must also check [`Self::valid_for`].
+    pub leading: bool,
+    pub holder: Option<String>,
+    pub term: Option<String>,
+    /// Wall clock (µs) at which the current leading/holder state began.
+    pub since_micros: i64,
+    /// The forced step-down instant on the boot clock, while leading.
+    pub valid_until: Option<BootInstant>,
+    /// Counts transitions: a change of leading, term or holder.
+    pub seq: u64,
+    /// Why the last term ended.
+    pub last_stop: Option<&'static str>,
+    /// The API server answered at least once.
+    pub observed: bool,
+}
+
+impl LeaderState {
+    fn initial() -> Self {
+        Self {
+            leading: false,
+            holder: None,
+            term: None,
+            since_micros: wall_micros(),
+            valid_until: None,
+            seq: 0,
+            last_stop: None,
+            observed: false,
+        }
+    }
+
+    /// Time left before a forced step-down, judged now; zero when not leading.
+    pub fn valid_for(&self) -> Duration {
+        match (self.leading, self.valid_until) {
+            (true, Some(until)) => until.remaining(),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Leading, and still within the deadline at this very moment.
+    pub fn leading_now(&self) -> bool {
+        !self.valid_for().is_zero()
+    }
+}
+
+/// The body of `GET /leader`.
+#[derive(Debug, Serialize)]
+pub struct LeaderBody<'a> {
+    pub leading: bool,
+    pub identity: &'a str,
+    pub holder: Option<&'a str>,
+    pub lease: LeaseRef<'a>,
+    pub term: Option<&'a str>,
+    pub since: String,
+    pub valid_for_ms: u64,
+    pub seq: u64,
+    pub last_stop_reason: Option<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LeaseRef<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
+/// The election's side of the published state.
+pub struct Publisher {
+    tx: watch::Sender<LeaderState>,
+}
+
+// === impl Publisher ===
+
+impl Publisher {
+    pub fn new() -> (Self, watch::Receiver<LeaderState>) {
+        let (tx, rx) = watch::channel(LeaderState::initial());
+        (Self { tx }, rx)
+    }
+
+    /// Publishes `snapshot` if anything a reader sees changed.
+    pub fn publish(&self, snapshot: &Snapshot) {
+        // Read the boot clock before the monotonic one: the mapped deadline
+        // can only come out early, never late.
+        let boot_now = BootInstant::now();
+        let valid_until = snapshot
+            .deadline
+            .map(|d| boot_now.plus(d.saturating_duration_since(Instant::now())));
+        self.tx.send_if_modified(|state| {
+            let term = snapshot.term.as_ref().map(|t| t.to_string());
+            let transition = state.leading != snapshot.leading
+                || state.term != term
+                || state.holder != snapshot.holder;
+            let next = LeaderState {
+                leading: snapshot.leading,
+                holder: snapshot.holder.clone(),
+                term,
+                since_micros: if transition {
+                    wall_micros()
+                } else {
+                    state.since_micros
+                },
+                valid_until,
+                seq: state.seq + u64::from(transition),
+                last_stop: snapshot.last_stop.map(|r| r.as_str()),
+                observed: snapshot.observed,
+            };
+            let changed = *state != next;
+            if changed {
+                *state = next;
+            }
+            changed
+        });
+    }
+}
+
+pub fn since_text(state: &LeaderState) -> String {
+    format_micro_time(state.since_micros)
+}
+
+/// Liveness of the election task: it beats on every turn of its loop (at
+/// least once per retry period) and flags its own end.
+#[derive(Debug, Default)]
+pub struct Heartbeat {
+    last_beat_ms: AtomicU64,
+    ended: AtomicBool,
+}
+
+impl Heartbeat {
+    pub fn new() -> Arc<Self> {
+        let heartbeat = Arc::new(Self::default());
+        heartbeat.beat();
+        heartbeat
+    }
+
+    pub fn beat(&self) {
+        self.last_beat_ms
+            .store(BootInstant::now().as_millis(), Ordering::Relaxed);
+    }
+
+    pub fn end(&self) {
+        self.ended.store(true, Ordering::Relaxed);
+    }
+
+    /// Alive: not ended, and beat within `max_silence`.
+    pub fn is_alive(&self, max_silence: Duration) -> bool {
+        let silence = BootInstant::now()
+            .as_millis()
+            .saturating_sub(self.last_beat_ms.load(Ordering::Relaxed));
+        !self.ended.load(Ordering::Relaxed) && silence <= max_silence.as_millis() as u64
+    }
+}
