@@ -331,10 +331,16 @@ impl Election {
         })
     }
 
-    /// The earliest instant at which a [`Input::Tick`] may change something.
-    pub fn next_wakeup(&self) -> Option<Instant> {
+    /// The earliest instant after `handled` (the instant of the last input)
+    /// at which a [`Input::Tick`] may change something. Whatever was due at
+    /// `handled` has been done then, or waits for the request in flight.
+    pub fn next_wakeup(&self, handled: Instant) -> Option<Instant> {
         let mut wake: Option<Instant> = None;
-        let mut at = |i: Instant| wake = Some(wake.map_or(i, |w| w.min(i)));
+        let mut at = |i: Instant| {
+            if i > handled {
+                wake = Some(wake.map_or(i, |w| w.min(i)));
+            }
+        };
         if let Role::Leading {
             deadline, renew_at, ..
         } = self.role

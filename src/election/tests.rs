@@ -640,3 +640,32 @@ fn it_loses_and_regains_the_lease_any_number_of_times() {
     }
     assert_eq!(terms.len(), 25, "every term has its own id");
 }
+
+#[test]
+fn the_next_wakeup_is_always_in_the_future_so_the_driver_never_spins() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    // Waiting for expiry: wake at the expiry, not before.
+    assert_eq!(
+        h.election.next_wakeup(h.now(0.0).instant),
+        Some(h.now(15.0).instant)
+    );
+    // After an attempt that is now in flight, and after its failure, every
+    // wakeup lies strictly after the instant handled.
+    let (at, _) = h.first_write(15.0, 16.1).unwrap();
+    h.feed(
+        Input::Written(Err(ApiError::Server {
+            code: 500,
+            message: "x".into(),
+        })),
+        at + 0.1,
+    );
+    for step in 0..400 {
+        let t = at + 0.1 + step as f64 * 0.1;
+        h.tick(t);
+        if let Some(wake) = h.election.next_wakeup(h.now(t).instant) {
+            assert!(wake > h.now(t).instant);
+        }
+    }
+}

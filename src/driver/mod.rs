@@ -46,6 +46,7 @@ pub async fn run(
         election,
         publisher,
         inflight: None,
+        handled: Instant::now(),
     };
     driver.publish_now();
     driver.contend(&heartbeat, &shutdown).await;
@@ -58,6 +59,8 @@ struct Driver {
     publisher: Publisher,
     /// The one request in flight, resolving to its input.
     inflight: Option<BoxFuture<'static, Input>>,
+    /// The instant of the last input fed to the machine.
+    handled: Instant,
 }
 
 // === impl Driver ===
@@ -70,7 +73,10 @@ impl Driver {
         loop {
             heartbeat.beat();
             let cap = Instant::now() + max_sleep;
-            let wake = self.election.next_wakeup().map_or(cap, |w| w.min(cap));
+            let wake = self
+                .election
+                .next_wakeup(self.handled)
+                .map_or(cap, |w| w.min(cap));
             let input = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => return,
@@ -102,8 +108,10 @@ impl Driver {
 
     /// One turn: feed the input, publish, then act.
     async fn step(&mut self, input: Input) {
-        let before = self.election.snapshot(Instant::now());
-        let actions = self.election.handle(input, now());
+        let now = now();
+        let before = self.election.snapshot(now.instant);
+        let actions = self.election.handle(input, now);
+        self.handled = now.instant;
         let after = self.publish_now();
         log_transition(&before, &after, &self.election.settings().identity);
         for action in actions {
@@ -218,3 +226,6 @@ impl Drop for EndOnDrop {
         self.0.end();
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,283 @@
+//! Driver tests on paused time (DESIGN.md pyramid, level 2): drivers run
+//! against an in-memory [`LeaseStore`] seam, so tokio's auto-advancing clock
+//! gives exact instants — no sockets here, which paused time cannot wait on.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use kube::api::DynamicObject;
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::election::Settings;
+use crate::lease::Lease;
+use crate::state::LeaderState;
+
+/// One Lease in memory, shared by all candidates, with a watch of its states.
+struct Memory {
+    object: Mutex<(Option<DynamicObject>, u64)>,
+    changes: watch::Sender<Option<Lease>>,
+    /// Successful writes: (client, instant).
+    writes: Mutex<Vec<(String, Instant)>>,
+}
+
+/// One candidate's connection to [`Memory`]; `hang` makes its writes hang.
+#[derive(Clone)]
+struct Client {
+    name: String,
+    memory: Arc<Memory>,
+    hang: Arc<AtomicBool>,
+}
+
+impl Memory {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            object: Mutex::new((None, 1)),
+            changes: watch::channel(None).0,
+            writes: Mutex::default(),
+        })
+    }
+
+    fn client(self: &Arc<Self>, name: &str) -> Client {
+        Client {
+            name: name.into(),
+            memory: self.clone(),
+            hang: Arc::default(),
+        }
+    }
+
+    fn write(
+        &self,
+        client: &str,
+        mut object: DynamicObject,
+        create: bool,
+    ) -> Result<Lease, ApiError> {
+        let mut guard = self.object.lock().unwrap();
+        let (stored, rv) = &mut *guard;
+        match (create, stored.as_ref()) {
+            (true, Some(_)) => return Err(ApiError::Conflict("AlreadyExists".into())),
+            (false, None) => return Err(ApiError::NotFound),
+            (false, Some(current))
+                if current.metadata.resource_version != object.metadata.resource_version =>
+            {
+                return Err(ApiError::Conflict("Conflict".into()));
+            }
+            _ => {}
+        }
+        *rv += 1;
+        object.metadata.resource_version = Some(rv.to_string());
+        object.metadata.uid.get_or_insert_with(|| "uid-1".into());
+        *stored = Some(object.clone());
+        let lease = Lease::new(object);
+        self.changes.send_replace(Some(lease.clone()));
+        self.writes
+            .lock()
+            .unwrap()
+            .push((client.into(), Instant::now()));
+        Ok(lease)
+    }
+
+    fn last_write_by(&self, client: &str) -> Instant {
+        self.writes
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(c, _)| c == client)
+            .unwrap()
+            .1
+    }
+}
+
+impl Client {
+    fn write(
+        &self,
+        object: DynamicObject,
+        create: bool,
+    ) -> BoxFuture<'static, Result<Lease, ApiError>> {
+        let this = self.clone();
+        async move {
+            if this.hang.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            this.memory.write(&this.name, object, create)
+        }
+        .boxed()
+    }
+}
+
+impl LeaseStore for Client {
+    fn create(&self, object: DynamicObject) -> BoxFuture<'static, Result<Lease, ApiError>> {
+        self.write(object, true)
+    }
+
+    fn replace(&self, object: DynamicObject) -> BoxFuture<'static, Result<Lease, ApiError>> {
+        self.write(object, false)
+    }
+
+    fn get(&self) -> BoxFuture<'static, Result<Option<Lease>, ApiError>> {
+        let current = self.memory.changes.borrow().clone();
+        async move { Ok(current) }.boxed()
+    }
+
+    fn watch(&self) -> BoxStream<'static, Result<Option<Lease>, ApiError>> {
+        let rx = self.memory.changes.subscribe();
+        futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+            if !first {
+                rx.changed().await.ok()?;
+            }
+            let current = rx.borrow_and_update().clone();
+            Some((Ok(current), (rx, false)))
+        })
+        .boxed()
+    }
+
+    fn reload_credentials(&self) -> BoxFuture<'static, ()> {
+        async {}.boxed()
+    }
+}
+
+/// A running driver and the instants at which its published `leading` flipped.
+struct Candidate {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    flips: Arc<Mutex<Vec<(Instant, bool)>>>,
+}
+
+impl Candidate {
+    fn start(client: Client) -> Self {
+        let settings = Settings {
+            identity: client.name.clone(),
+            namespace: "ns".into(),
+            lease_name: "demo".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        };
+        let (publisher, mut rx) = Publisher::new();
+        let flips = Arc::new(Mutex::new(Vec::new()));
+        let recorded = flips.clone();
+        tokio::spawn(async move {
+            let mut last = false;
+            while rx.changed().await.is_ok() {
+                let state: LeaderState = rx.borrow_and_update().clone();
+                if state.leading != last {
+                    last = state.leading;
+                    recorded.lock().unwrap().push((Instant::now(), last));
+                }
+            }
+        });
+        let stop = CancellationToken::new();
+        let options = ShutdownOptions {
+            release: true,
+            gate_lag: Duration::ZERO,
+            timeout: Duration::from_secs(5),
+        };
+        let task = tokio::spawn(run(
+            Arc::new(client),
+            Election::new(settings, 42),
+            publisher,
+            Heartbeat::new(),
+            stop.clone(),
+            options,
+        ));
+        Self { stop, task, flips }
+    }
+
+    fn flips(&self) -> Vec<(Instant, bool)> {
+        self.flips.lock().unwrap().clone()
+    }
+
+    fn started_at(&self) -> Option<Instant> {
+        self.flips()
+            .iter()
+            .find(|(_, leading)| *leading)
+            .map(|(at, _)| *at)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_leader_steps_down_at_its_renew_deadline_and_the_peer_waits_for_expiry() {
+    let memory = Memory::new();
+    let a = memory.client("a");
+    let hang_a = a.hang.clone();
+    let mut leader = Candidate::start(a);
+    sleep(Duration::from_secs(3)).await;
+    assert!(leader.started_at().is_some(), "a leads a fresh Lease");
+    let follower = Candidate::start(memory.client("b"));
+    sleep(Duration::from_secs(2)).await;
+
+    // From now on every request of `a` hangs: no answer, no error.
+    hang_a.store(true, Ordering::SeqCst);
+    let last_renew = memory.last_write_by("a");
+    sleep(Duration::from_secs(30)).await;
+
+    let flips = leader.flips();
+    let (stepped_down, leading) = flips[1];
+    assert!(!leading);
+    // Exactly last successful renew sent + renew_deadline, by the timer alone.
+    assert_eq!(stepped_down - last_renew, Duration::from_secs(10));
+    // The peer takes over one lease duration after it last saw a change,
+    // plus at most half a retry period of spread — never before.
+    let taken = follower.started_at().expect("b takes over");
+    let after = taken - last_renew;
+    assert!(
+        after >= Duration::from_secs(15),
+        "b took over {after:?} after a's last renew"
+    );
+    assert!(
+        after <= Duration::from_secs(16),
+        "b took over {after:?} after a's last renew"
+    );
+    assert!(stepped_down < taken);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_releases_and_a_watching_peer_takes_over_without_waiting_for_expiry() {
+    let memory = Memory::new();
+    let mut leader = Candidate::start(memory.client("a"));
+    sleep(Duration::from_secs(3)).await;
+    let follower = Candidate::start(memory.client("b"));
+    sleep(Duration::from_secs(3)).await;
+    assert!(follower.started_at().is_none());
+
+    let signalled = Instant::now();
+    leader.stop.cancel();
+    (&mut leader.task).await.unwrap();
+    let flips = leader.flips();
+    assert_eq!(
+        flips.last().unwrap(),
+        &(signalled, false),
+        "not leading at once"
+    );
+    let released = memory.last_write_by("a");
+    sleep(Duration::from_secs(5)).await;
+    let taken = follower.started_at().expect("b takes the marked release");
+    assert!(taken >= released);
+    assert!(
+        taken - released <= Duration::from_secs(1),
+        "within the acquisition spread"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_request_during_shutdown_is_bounded_by_the_shutdown_timeout() {
+    let memory = Memory::new();
+    let a = memory.client("a");
+    let hang_a = a.hang.clone();
+    let mut leader = Candidate::start(a);
+    sleep(Duration::from_secs(3)).await;
+    hang_a.store(true, Ordering::SeqCst);
+    sleep(Duration::from_secs(2)).await; // a renew is now in flight, hanging
+    let signalled = Instant::now();
+    leader.stop.cancel();
+    (&mut leader.task).await.unwrap();
+    assert!(Instant::now() - signalled <= Duration::from_secs(5));
+    assert_eq!(leader.flips().last().unwrap(), &(signalled, false));
+}
