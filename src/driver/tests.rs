@@ -207,7 +207,7 @@ async fn a_hung_leader_steps_down_at_its_renew_deadline_and_the_peer_waits_for_e
     let memory = Memory::new();
     let a = memory.client("a");
     let hang_a = a.hang.clone();
-    let mut leader = Candidate::start(a);
+    let leader = Candidate::start(a);
     sleep(Duration::from_secs(3)).await;
     assert!(leader.started_at().is_some(), "a leads a fresh Lease");
     let follower = Candidate::start(memory.client("b"));
