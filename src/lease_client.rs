@@ -206,6 +206,10 @@ pub async fn infer_config() -> Result<kube::Config, kube::config::InferConfigErr
 
 fn client(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
     config.read_timeout = Some(IDLE_TIMEOUT);
+    // Retries are the election's to classify and time (429 within the
+    // deadline, 5xx with backoff); a retry hidden in the client would let a
+    // renew sit out its deadline.
+    config.default_retry = false;
     config.reset_reader_on_write = true;
     kube::Client::try_from(config)
 }

@@ -7,6 +7,7 @@
 //! - 78 (EX_CONFIG): no usable kube configuration (kubeconfig / in-cluster)
 //! - 128 + signal: a second signal during shutdown exits at once
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -191,6 +192,7 @@ fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

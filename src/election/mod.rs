@@ -627,7 +627,13 @@ impl Election {
                 self.conflict_at = Some(now.instant);
             }
             ApiError::TooManyRequests { retry_after } => {
-                self.not_before = Some(now.instant + retry_after.unwrap_or(retry));
+                let mut at = now.instant + retry_after.unwrap_or(retry);
+                if let Some(deadline) = self.lead_deadline() {
+                    // Honour Retry-After, but keep one last try before the deadline.
+                    let last_chance = deadline.checked_sub(retry / 2).unwrap_or(now.instant);
+                    at = at.min(last_chance.max(now.instant));
+                }
+                self.not_before = Some(at);
             }
             ApiError::Unauthorized => {
                 actions.push(Action::ReloadCredentials);

@@ -669,3 +669,25 @@ fn the_next_wakeup_is_always_in_the_future_so_the_driver_never_spins() {
         }
     }
 }
+
+#[test]
+fn a_throttled_leader_keeps_one_last_try_before_its_deadline() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let renew = h.tick(t + 2.0);
+    assert!(is_write(&renew, Purpose::Renew));
+    let retry_after = Some(Duration::from_secs(30));
+    h.feed(
+        Input::Written(Err(ApiError::TooManyRequests { retry_after })),
+        t + 2.1,
+    );
+    assert_eq!(
+        h.first_write(t + 2.1, t + 8.95),
+        None,
+        "Retry-After is honoured..."
+    );
+    let (at, _) = h
+        .first_write(t + 9.0, t + 9.95)
+        .expect("...within the deadline");
+    assert!(at < t + 10.0);
+}
