@@ -36,9 +36,18 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(error) => {
+            // One line: clap's message up to its usage block.
             let rendered = error.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            eprintln!("leader-gate: {}", first.trim_start_matches("error: "));
+            let message: Vec<&str> = rendered
+                .lines()
+                .map(str::trim)
+                .take_while(|line| !line.starts_with("Usage:"))
+                .filter(|line| !line.is_empty())
+                .collect();
+            eprintln!(
+                "leader-gate: {}",
+                message.join(" ").trim_start_matches("error: ")
+            );
             return ExitCode::from(EX_USAGE);
         }
     };

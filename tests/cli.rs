@@ -1,0 +1,141 @@
+//! The command line of the real binary: bad input exits 64 with one line
+//! naming the flag and the rule, before any I/O (G8).
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (Option<i32>, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args(args)
+        // Any attempt to read the kube configuration would fail differently
+        // (exit 78): validation must come first.
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env_remove("POD_NAME")
+        .env_remove("POD_NAMESPACE")
+        .output()
+        .expect("run leader-gate");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_flags_exit_64_with_one_line_naming_the_flag() {
+    let cases: &[(&[&str], &str)] = &[
+        (&[], "--lease-name"),
+        (
+            &["--lease-name", "Demo"],
+            "invalid --lease-name: \"Demo\" must be a DNS-1123 subdomain",
+        ),
+        (
+            &["--lease-name", "demo", "--lease-duration", "1.5s"],
+            "invalid --lease-duration: must be whole seconds",
+        ),
+        (
+            &["--lease-name", "demo", "--lease-duration", "soon"],
+            "--lease-duration",
+        ),
+        (
+            &["--lease-name", "demo", "--renew-deadline", "20s"],
+            "invalid --renew-deadline: must be less than --lease-duration",
+        ),
+        (
+            &["--lease-name", "demo", "--retry-period", "9s"],
+            "invalid --retry-period: 1.2 x --retry-period must be less than --renew-deadline",
+        ),
+        (
+            &["--lease-name", "demo", "--lease-namespace", "Kube_System"],
+            "invalid --lease-namespace",
+        ),
+        (
+            &["--lease-name", "demo", "--identity", ""],
+            "invalid --identity: must not be empty",
+        ),
+        (
+            &["--lease-name", "demo", "--listen", "localhost"],
+            "--listen",
+        ),
+        (
+            &["--lease-name", "demo", "--log-format", "xml"],
+            "--log-format",
+        ),
+        (
+            &["--lease-name", "demo", "--release-on-shutdown", "maybe"],
+            "--release-on-shutdown",
+        ),
+        (
+            &["--lease-name", "demo", "--shutdown-timeout", "0s"],
+            "invalid --shutdown-timeout",
+        ),
+        (
+            &["--lease-name", "demo", "--no-such-flag"],
+            "--no-such-flag",
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut argv = vec!["serve"];
+        argv.extend_from_slice(args);
+        let (code, stderr) = run(&argv);
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{args:?}: one line, got:\n{stderr}"
+        );
+        assert!(stderr.starts_with("leader-gate: "), "{stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: {stderr:?} lacks {expected:?}"
+        );
+    }
+}
+
+#[test]
+fn a_valid_command_line_gets_past_validation_to_the_kube_configuration() {
+    // With every flag valid, the first failure is the missing kubeconfig.
+    let (code, stderr) = run(&[
+        "serve",
+        "--lease-name",
+        "demo",
+        "--identity",
+        "a",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, Some(78), "{stderr}");
+    assert!(stderr.contains("no kube configuration"), "{stderr}");
+}
+
+#[test]
+fn help_documents_every_flag_and_its_environment_variable() {
+    let output = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    for flag in [
+        "--lease-name",
+        "--lease-namespace",
+        "--identity",
+        "--lease-duration",
+        "--renew-deadline",
+        "--retry-period",
+        "--listen",
+        "--admin-listen",
+        "--release-on-shutdown",
+        "--shutdown-timeout",
+        "--log-format",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from --help");
+    }
+    for env in [
+        "LEADER_GATE_LEASE_NAME",
+        "LEADER_GATE_IDENTITY",
+        "LEADER_GATE_LEASE_DURATION",
+    ] {
+        assert!(help.contains(env), "{env} missing from --help");
+    }
+}
