@@ -1,0 +1,767 @@
+//! The election, end to end: real `leader-gate` processes against the fake
+//! Lease API server (real HTTP, real time), one scenario per test.
+//!
+//! Mechanisms are proven by causality from the fake's request log and the
+//! monitor's timestamps, not by speed; every scenario also runs the overlap
+//! monitor, which fails the test if two instances ever led at once.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::fake_apiserver::{FakeApiServer, Fault, FaultKind, RequestRecord, Verb, lease_holder};
+use support::monitor::{Monitor, Sample, assert_no_overlap};
+use support::sidecar::{Probe, Sidecar, Timing, test_dir};
+
+const NAMESPACE: &str = "collectors";
+const LEASE: &str = "cluster-metrics";
+
+/// Candidates, the API server they talk to, and the monitor watching them.
+struct Cluster {
+    api: FakeApiServer,
+    sidecars: Vec<Sidecar>,
+    monitor: Monitor,
+    timing: Timing,
+}
+
+impl Cluster {
+    async fn start(test: &str, names: &[&str], timing: Timing) -> Cluster {
+        let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+        Self::start_with(api, test, names, timing).await
+    }
+
+    async fn start_with(api: FakeApiServer, test: &str, names: &[&str], timing: Timing) -> Cluster {
+        let dir = test_dir(test);
+        let sidecars: Vec<Sidecar> = names
+            .iter()
+            .map(|name| Sidecar::spawn(&api, &dir, name, timing))
+            .collect();
+        for sidecar in &sidecars {
+            sidecar.wait_serving().await;
+        }
+        let monitor = Monitor::start(&sidecars.iter().collect::<Vec<_>>());
+        Cluster {
+            api,
+            sidecars,
+            monitor,
+            timing,
+        }
+    }
+
+    fn sidecar(&self, name: &str) -> &Sidecar {
+        self.sidecars
+            .iter()
+            .find(|s| s.name == name)
+            .expect("known sidecar")
+    }
+
+    fn sidecar_mut(&mut self, name: &str) -> &mut Sidecar {
+        self.sidecars
+            .iter_mut()
+            .find(|s| s.name == name)
+            .expect("known sidecar")
+    }
+
+    /// Waits until some candidate answers 200; returns its name and answer.
+    async fn wait_leader(&self, timeout: Duration) -> (String, Probe) {
+        self.wait_leader_other_than("", timeout).await
+    }
+
+    /// Waits until a candidate other than `old` answers 200.
+    async fn wait_leader_other_than(&self, old: &str, timeout: Duration) -> (String, Probe) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for sidecar in self.sidecars.iter().filter(|s| s.name != old) {
+                if let Some(probe) = sidecar.leader().await
+                    && probe.leading()
+                {
+                    return (sidecar.name.clone(), probe);
+                }
+            }
+            if Instant::now() > deadline {
+                panic!("nobody led within {timeout:?}\n{}", self.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn requests(&self, client: &str) -> Vec<RequestRecord> {
+        self.api
+            .requests()
+            .into_iter()
+            .filter(|r| r.client == client)
+            .collect()
+    }
+
+    /// Successful writes (acquisitions and renews) of `client`.
+    fn writes(&self, client: &str) -> Vec<RequestRecord> {
+        self.requests(client)
+            .into_iter()
+            .filter(|r| {
+                matches!(r.verb, Verb::Update | Verb::Create) && matches!(r.status, Some(200 | 201))
+            })
+            .collect()
+    }
+
+    /// Waits until `client` has written successfully once more, then returns that write.
+    async fn next_write(&self, client: &str) -> RequestRecord {
+        let seen = self.writes(client).len();
+        let deadline = Instant::now() + self.timing.lease * 2;
+        loop {
+            let writes = self.writes(client);
+            if writes.len() > seen {
+                return writes[seen].clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{client} stopped writing\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn lease(&self) -> Value {
+        self.api.lease(LEASE).expect("the lease exists")
+    }
+
+    fn edit(&self, edit: impl FnOnce(&mut Value)) -> Instant {
+        self.api.update_lease(LEASE, edit);
+        Instant::now()
+    }
+
+    fn logs(&self) -> String {
+        self.sidecars
+            .iter()
+            .map(|s| format!("--- {} ---\n{}", s.name, tail(&s.log(), 40)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// After the record changed at `changed` (an edit, a delete), no new
+    /// term may lead before one lease duration has passed: not a peer, and
+    /// not the old leader either (`old_term` is the one it held).
+    fn assert_no_new_term_before_expiry(&self, changed: Instant, old_term: &str) {
+        let early = self.monitor.samples().into_iter().find(|s| {
+            s.leading()
+                && s.term.as_deref() != Some(old_term)
+                && s.received < changed + self.timing.lease
+        });
+        assert!(
+            early.is_none(),
+            "a new term led before the record expired: {early:?}"
+        );
+    }
+
+    /// The end of every scenario: nobody ever overlapped.
+    fn assert_no_overlap(&self) {
+        assert_no_overlap(&self.monitor.samples());
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn others<'a>(names: &'a [&'a str], leader: &str) -> Vec<&'a str> {
+    names.iter().copied().filter(|n| *n != leader).collect()
+}
+
+const ABC: &[&str] = &["a", "b", "c"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_candidates_elect_exactly_one_leader_and_the_others_name_it() {
+    let cluster = Cluster::start("three", ABC, Timing::FAST).await;
+    let started = Instant::now();
+    let (leader, probe) = cluster.wait_leader(Timing::FAST.lease).await;
+    assert!(started.elapsed() <= Timing::FAST.lease);
+    assert_eq!(probe.holder(), Some(leader.as_str()));
+    for follower in others(ABC, &leader) {
+        let seen = cluster
+            .sidecar(follower)
+            .wait_for(Duration::from_secs(2), |p| {
+                p.holder() == Some(leader.as_str())
+            })
+            .await;
+        assert_eq!(seen.status, 503);
+        assert_eq!(seen.body["leading"], false);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let leaders: Vec<_> = cluster
+        .monitor
+        .samples()
+        .into_iter()
+        .filter(|s| s.received > started + Duration::from_secs(1) && s.leading())
+        .map(|s| s.instance)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(
+        leaders,
+        vec![leader.clone()],
+        "exactly one instance ever led"
+    );
+    assert_eq!(
+        lease_holder(&cluster.lease()).as_deref(),
+        Some(leader.as_str())
+    );
+    cluster.assert_no_overlap();
+}
+
+/// The seed scenario: an operator names a holder that no candidate is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_holder_edit_stops_the_leader_through_the_watch_and_nobody_leads_for_a_duration()
+ {
+    // A long retry period: the leader writes only every 4 s, so a 503 right
+    // after the edit can only come from the watch.
+    let timing = Timing {
+        lease: Duration::from_secs(8),
+        renew_deadline: Duration::from_secs(6),
+        retry: Duration::from_secs(4),
+    };
+    let cluster = Cluster::start("seed-ghost", ABC, timing).await;
+    let (leader, probe) = cluster.wait_leader(timing.lease).await;
+    cluster.next_write(&leader).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let edited = cluster.edit(|l| l["spec"]["holderIdentity"] = json!("ghost"));
+    let stopped = cluster
+        .sidecar(&leader)
+        .wait_for(Duration::from_secs(2), |p| !p.leading())
+        .await;
+    let stopped_at = Instant::now();
+    assert_eq!(stopped.body["last_stop_reason"], "lost-to-other-holder");
+    // Causality: no request from the old leader between the edit and its 503.
+    let between: Vec<_> = cluster
+        .requests(&leader)
+        .into_iter()
+        .filter(|r| r.at >= edited && r.at <= stopped_at && r.verb != Verb::Watch)
+        .collect();
+    assert!(
+        between.is_empty(),
+        "the watch, not a request, ended the term: {between:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await; // let the monitor sample
+    let first_503 = cluster
+        .monitor
+        .first(&leader, edited, |s| !s.leading())
+        .unwrap();
+    eprintln!(
+        "MEASURE edit-to-503: {:?}",
+        first_503.received.saturating_duration_since(edited)
+    );
+
+    // Nobody leads until one lease duration after the edit; then someone does.
+    let (next, _) = cluster.wait_leader(timing.lease * 2).await;
+    cluster.assert_no_new_term_before_expiry(edited, probe.term().unwrap());
+    let acquired = cluster
+        .writes(&next)
+        .into_iter()
+        .find(|w| w.at > edited)
+        .unwrap();
+    assert!(acquired.at >= edited + timing.lease);
+    cluster.assert_no_overlap();
+}
+
+/// The seed's test with a live peer: holderIdentity names another running candidate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_naming_a_live_peer_never_gives_two_leaders() {
+    let timing = Timing::FAST;
+    let cluster = Cluster::start("seed-peer", ABC, timing).await;
+    let (leader, probe) = cluster.wait_leader(timing.lease).await;
+    let peer = others(ABC, &leader)[0];
+    cluster.next_write(&leader).await;
+
+    let edited = cluster.edit(|l| l["spec"]["holderIdentity"] = json!(peer));
+    cluster
+        .sidecar(&leader)
+        .wait_for(Duration::from_secs(2), |p| !p.leading())
+        .await;
+    // The named peer did not write that record: it is not its lease (G7).
+    cluster.wait_leader(timing.lease * 2).await;
+    cluster.assert_no_new_term_before_expiry(edited, probe.term().unwrap());
+    cluster.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_renew_response_does_not_cost_the_lease() {
+    let timing = Timing::FAST;
+    let cluster = Cluster::start("lost-response", &["a", "b"], timing).await;
+    let (leader, probe) = cluster.wait_leader(timing.lease).await;
+    let term = probe.term().unwrap().to_owned();
+
+    // Every renew commits, but its response is cut off — for longer than the
+    // renew deadline.
+    let from = Instant::now();
+    cluster
+        .api
+        .set_fault(&leader, Fault::on(&[Verb::Update], FaultKind::DropResponse));
+    tokio::time::sleep(timing.renew_deadline + Duration::from_secs(2)).await;
+    cluster.api.clear_faults(&leader);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let dropped = cluster
+        .requests(&leader)
+        .into_iter()
+        .filter(|r| r.at > from && r.verb == Verb::Update && r.status.is_none())
+        .count();
+    assert!(
+        dropped >= 3,
+        "renews were answered with a cut-off response ({dropped})"
+    );
+    let samples = cluster.monitor.samples_of(&leader);
+    let lost: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.sent > from && !s.leading())
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "the leader stopped leading: {:?}\n{}",
+        lost.first(),
+        cluster.logs()
+    );
+    let now = cluster.sidecar(&leader).leader().await.unwrap();
+    assert_eq!(now.term(), Some(term.as_str()), "no transition");
+    cluster.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_edit_on_the_held_lease_keeps_the_leader_and_the_metadata() {
+    let timing = Timing::FAST;
+    let cluster = Cluster::start("label-edit", &["a", "b"], timing).await;
+    let (leader, probe) = cluster.wait_leader(timing.lease).await;
+    let edited = cluster.edit(|l| {
+        l["metadata"]["labels"] = json!({"team": "sre"});
+        l["metadata"]["annotations"] = json!({"owner": "gitops"});
+    });
+    for _ in 0..3 {
+        cluster.next_write(&leader).await;
+    }
+    let samples = cluster.monitor.samples_of(&leader);
+    assert!(
+        samples
+            .iter()
+            .filter(|s| s.sent > edited)
+            .all(Sample::leading)
+    );
+    let now = cluster.sidecar(&leader).leader().await.unwrap();
+    assert_eq!(now.term(), probe.term(), "no transition");
+    let lease = cluster.lease();
+    assert_eq!(
+        lease["metadata"]["labels"]["team"], "sre",
+        "renews keep labels"
+    );
+    assert_eq!(
+        lease["metadata"]["annotations"]["owner"], "gitops",
+        "renews keep annotations"
+    );
+    cluster.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cleared_without_the_release_mark_counts_as_held_for_a_duration() {
+    let timing = Timing::FAST;
+    let cluster = Cluster::start("cleared", ABC, timing).await;
+    let (leader, probe) = cluster.wait_leader(timing.lease).await;
+    let edited = cluster.edit(|l| {
+        l["spec"].as_object_mut().unwrap().remove("holderIdentity");
+    });
+    let stopped = cluster
+        .sidecar(&leader)
+        .wait_for(Duration::from_secs(1), |p| !p.leading())
+        .await;
+    assert_eq!(stopped.body["last_stop_reason"], "holder-cleared");
+    cluster.wait_leader(timing.lease * 2).await;
+    cluster.assert_no_new_term_before_expiry(edited, probe.term().unwrap());
+    cluster.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_lease_stops_the_leader_and_is_recreated_after_a_duration() {
+    let timing = Timing::FAST;
+    let cluster = Cluster::start("deleted", ABC, timing).await;
+    let (leader, probe) = cluster.wait_leader(timing.lease).await;
+    let old_uid = cluster.lease()["metadata"]["uid"].clone();
+    cluster.api.delete_lease(LEASE);
+    let deleted = Instant::now();
+    let stopped = cluster
+        .sidecar(&leader)
+        .wait_for(Duration::from_secs(1), |p| !p.leading())
+        .await;
+    assert_eq!(stopped.body["last_stop_reason"], "lease-deleted");
+    let (next, _) = cluster.wait_leader(timing.lease * 2).await;
+    cluster.assert_no_new_term_before_expiry(deleted, probe.term().unwrap());
+    let lease = cluster.lease();
+    assert_ne!(lease["metadata"]["uid"], old_uid, "recreated");
+    assert_eq!(lease_holder(&lease).as_deref(), Some(next.as_str()));
+    cluster.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_renew_steps_down_at_once_says_why_once_and_recovers() {
+    // A long renew deadline: stepping down within a second can only be the 403.
+    let timing = Timing {
+        lease: Duration::from_secs(12),
+        renew_deadline: Duration::from_secs(10),
+        retry: Duration::from_millis(800),
+    };
+    let cluster = Cluster::start("forbidden", &["a"], timing).await;
+    cluster.wait_leader(timing.lease).await;
+    cluster
+        .api
+        .set_fault("a", Fault::on(&[Verb::Update], FaultKind::Status(403)));
+    let stopped = cluster
+        .sidecar("a")
+        .wait_for(Duration::from_secs(3), |p| !p.leading())
+        .await;
+    assert_eq!(stopped.body["last_stop_reason"], "forbidden");
+    let first_403 = cluster
+        .requests("a")
+        .into_iter()
+        .find(|r| r.status == Some(403))
+        .expect("a 403 was answered");
+    tokio::time::sleep(Duration::from_millis(200)).await; // let the monitor sample
+    let first_503 = cluster
+        .monitor
+        .first("a", first_403.at, |s| !s.leading())
+        .unwrap();
+    assert!(first_503.received - first_403.at < Duration::from_secs(1));
+
+    // It keeps trying (with backoff) while forbidden, and says so only once.
+    tokio::time::sleep(timing.lease + Duration::from_secs(2)).await;
+    let denied = cluster
+        .requests("a")
+        .into_iter()
+        .filter(|r| r.status == Some(403))
+        .count();
+    assert!(denied >= 2, "retries while forbidden ({denied})");
+    let log = cluster.sidecar("a").log();
+    let explained: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("forbidden (403)"))
+        .collect();
+    assert_eq!(explained.len(), 1, "one explanation per episode:\n{log}");
+    let line = explained[0];
+    for words in [
+        "system:serviceaccount:collectors:a may not update leases.coordination.k8s.io",
+        "in namespace collectors",
+    ] {
+        assert!(line.contains(words), "{line}");
+    }
+
+    cluster.api.clear_faults("a");
+    cluster.sidecar("a").wait_leading(timing.lease * 2).await;
+    cluster.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hanging_requests_end_the_term_by_the_renew_deadline_and_it_leads_again_after() {
+    let timing = Timing::FAST;
+    let cluster = Cluster::start("hang", &["a"], timing).await;
+    cluster.wait_leader(timing.lease).await;
+    cluster.next_write("a").await;
+    cluster
+        .api
+        .set_fault("a", Fault::on(&[Verb::Update], FaultKind::Hang));
+    cluster
+        .sidecar("a")
+        .wait_for(timing.lease, |p| !p.leading())
+        .await;
+    let last_ok = cluster.writes("a").pop().unwrap();
+    let deadline = last_ok.at + timing.renew_deadline;
+    let late: Vec<Sample> = cluster
+        .monitor
+        .samples_of("a")
+        .into_iter()
+        .filter(|s| s.leading() && s.sent > deadline)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "200 after the renew deadline: {:?}",
+        late.first()
+    );
+    let stopped = cluster.sidecar("a").leader().await.unwrap();
+    assert_eq!(stopped.body["last_stop_reason"], "api-unreachable");
+
+    cluster.api.clear_faults("a");
+    cluster.sidecar("a").wait_leading(timing.lease * 3).await;
+    cluster.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_instance_loses_and_regains_the_lease_twenty_times() {
+    let timing = Timing {
+        lease: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry: Duration::from_millis(500),
+    };
+    let cluster = Cluster::start("re-election", &["a"], timing).await;
+    let mut terms = std::collections::HashSet::new();
+    for round in 0..21 {
+        let probe = cluster.sidecar("a").wait_leading(timing.lease * 4).await;
+        assert!(
+            terms.insert(probe.term().unwrap().to_owned()),
+            "a new term every time"
+        );
+        // End the term a different way each round.
+        match round % 3 {
+            0 => {
+                cluster.edit(|l| l["spec"]["holderIdentity"] = json!("ghost"));
+            }
+            1 => {
+                cluster.api.delete_lease(LEASE);
+            }
+            _ => cluster
+                .api
+                .set_fault("a", Fault::on(&[Verb::Update], FaultKind::Status(403))),
+        }
+        cluster
+            .sidecar("a")
+            .wait_for(timing.lease * 2, |p| !p.leading())
+            .await;
+        cluster.api.clear_faults("a");
+    }
+    cluster.sidecar("a").wait_leading(timing.lease * 4).await;
+    assert!(terms.len() >= 21);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_and_a_watching_peer_takes_over_without_waiting() {
+    // Long lease and retry: a takeover within a second can only be the watch
+    // seeing the marked release.
+    let timing = Timing {
+        lease: Duration::from_secs(20),
+        renew_deadline: Duration::from_secs(15),
+        retry: Duration::from_secs(4),
+    };
+    let mut cluster = Cluster::start("sigterm", ABC, timing).await;
+    let (leader, _) = cluster.wait_leader(timing.lease).await;
+    cluster.next_write(&leader).await;
+    let signalled = Instant::now();
+    cluster.sidecar(&leader).signal(libc::SIGTERM);
+    let status = cluster
+        .sidecar_mut(&leader)
+        .wait_exit(Duration::from_secs(10))
+        .await;
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "clean exit");
+    let (next, _) = cluster
+        .wait_leader_other_than(&leader, Duration::from_secs(5))
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await; // let the monitor sample
+    let took = cluster
+        .monitor
+        .first(&next, signalled, Sample::leading)
+        .unwrap();
+    eprintln!(
+        "MEASURE sigterm-to-new-leader: {:?}",
+        took.received - signalled
+    );
+
+    let release = cluster
+        .writes(&leader)
+        .into_iter()
+        .rfind(|w| w.at > signalled)
+        .expect("the old leader released");
+    let acquire = cluster
+        .writes(&next)
+        .into_iter()
+        .find(|w| w.at > signalled)
+        .unwrap();
+    assert!(acquire.at > release.at);
+    // Within the acquisition spread (retry/2), far before a retry or expiry,
+    // and with no read in between: the watch told it.
+    assert!(acquire.at - release.at <= timing.retry / 2 + Duration::from_millis(300));
+    let reads: Vec<_> = cluster
+        .requests(&next)
+        .into_iter()
+        .filter(|r| r.at > release.at && r.at < acquire.at && r.verb != Verb::Watch)
+        .collect();
+    assert!(reads.is_empty(), "{reads:?}");
+    assert!(
+        cluster
+            .sidecar(&leader)
+            .log()
+            .contains("released the lease")
+    );
+    cluster.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_sigkill_of_the_leader_another_leads_once_the_lease_expired_not_before() {
+    let timing = Timing::FAST;
+    let mut cluster = Cluster::start("sigkill", ABC, timing).await;
+    let (leader, _) = cluster.wait_leader(timing.lease).await;
+    cluster.sidecar(&leader).signal(libc::SIGKILL);
+    cluster
+        .sidecar_mut(&leader)
+        .wait_exit(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let last_renew = cluster.writes(&leader).pop().unwrap();
+    let (next, _) = cluster.wait_leader(timing.lease * 2).await;
+    let acquire = cluster
+        .writes(&next)
+        .into_iter()
+        .find(|w| w.at > last_renew.at)
+        .unwrap();
+    assert!(
+        acquire.at >= last_renew.at + timing.lease,
+        "took over {:?} after the last renew",
+        acquire.at - last_renew.at
+    );
+    cluster.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_started_without_an_api_server_serves_and_leads_once_it_appears() {
+    let api = FakeApiServer::new_offline(NAMESPACE, LEASE);
+    let cluster = Cluster::start_with(api, "no-apiserver", &["a"], Timing::FAST).await;
+    let sidecar = cluster.sidecar("a");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(sidecar.leader().await.unwrap().status, 503);
+    assert_eq!(sidecar.admin_get("/healthz").await.unwrap().status, 200);
+    assert_eq!(sidecar.admin_get("/readyz").await.unwrap().status, 503);
+    assert_eq!(sidecar.admin_get("/leader").await.unwrap().status, 503);
+    cluster.api.restart().await;
+    sidecar.wait_leading(Duration::from_secs(40)).await;
+    assert_eq!(sidecar.admin_get("/readyz").await.unwrap().status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_steps_down_by_its_deadline_and_a_peer_takes_over_after_expiry() {
+    let timing = Timing::FAST;
+    let cluster = Cluster::start("partition", ABC, timing).await;
+    let (leader, _) = cluster.wait_leader(timing.lease).await;
+    cluster.next_write(&leader).await;
+    cluster
+        .api
+        .set_fault(&leader, Fault::all(FaultKind::Partition));
+    let (next, _) = cluster
+        .wait_leader_other_than(&leader, timing.lease * 3)
+        .await;
+    let last_ok = cluster.writes(&leader).pop().unwrap();
+    let late = cluster
+        .monitor
+        .samples_of(&leader)
+        .into_iter()
+        .find(|s| s.leading() && s.sent > last_ok.at + timing.renew_deadline);
+    assert!(late.is_none(), "200 after the renew deadline: {late:?}");
+    let acquire = cluster
+        .writes(&next)
+        .into_iter()
+        .find(|w| w.at > last_ok.at)
+        .unwrap();
+    assert!(acquire.at >= last_ok.at + timing.lease);
+    let stopped = cluster.sidecar(&leader).leader().await.unwrap();
+    assert_eq!(stopped.body["last_stop_reason"], "api-unreachable");
+    // Healed, the old leader follows the new one.
+    cluster.api.clear_faults(&leader);
+    cluster
+        .sidecar(&leader)
+        .wait_for(timing.lease * 2, |p| p.holder() == Some(next.as_str()))
+        .await;
+    cluster.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_429s_wedges_nothing() {
+    let timing = Timing::FAST;
+    let cluster = Cluster::start("throttle", &["a", "b"], timing).await;
+    cluster.wait_leader(timing.lease).await;
+    let throttled = FaultKind::TooManyRequests {
+        retry_after: Duration::from_secs(1),
+    };
+    let burst = Instant::now();
+    for name in ["a", "b"] {
+        cluster.api.set_fault(name, Fault::all(throttled.clone()));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for name in ["a", "b"] {
+        cluster.api.clear_faults(name);
+    }
+    let throttled_answers = cluster
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.at > burst && r.status == Some(429))
+        .count();
+    assert!(throttled_answers >= 1);
+    cluster.wait_leader(timing.lease * 3).await;
+    for sidecar in &cluster.sidecars {
+        assert_eq!(sidecar.admin_get("/healthz").await.unwrap().status, 200);
+    }
+    cluster.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_credentials_are_reloaded_without_losing_the_lease() {
+    let timing = Timing::FAST;
+    let cluster = Cluster::start("rotate", &["a", "b"], timing).await;
+    let (leader, probe) = cluster.wait_leader(timing.lease).await;
+    cluster.next_write(&leader).await;
+    // The token file gets a new token, and the API server refuses the old
+    // one at once; kube-rs would keep using its cached token for a minute.
+    let rotated = Instant::now();
+    cluster.api.rotate_token(&leader);
+    tokio::time::sleep(timing.lease).await;
+
+    let refused = cluster
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.at > rotated && r.status == Some(401))
+        .count();
+    assert!(refused >= 1, "the old token was refused");
+    let renewed = cluster
+        .requests(&leader)
+        .into_iter()
+        .filter(|r| r.at > rotated && r.verb == Verb::Update && r.status == Some(200))
+        .count();
+    assert!(
+        renewed >= 2,
+        "renews succeed with the new token\n{}",
+        cluster.logs()
+    );
+    assert!(
+        cluster
+            .sidecar(&leader)
+            .log()
+            .contains("reloaded API credentials")
+    );
+    let lost = cluster.monitor.first(&leader, rotated, |s| !s.leading());
+    assert!(
+        lost.is_none(),
+        "the leader lost the lease: {lost:?}\n{}",
+        cluster.logs()
+    );
+    let now = cluster.sidecar(&leader).leader().await.unwrap();
+    assert_eq!(now.term(), probe.term(), "no transition");
+    cluster.assert_no_overlap();
+}
+
+/// The monitor itself: a check that could not fail would prove nothing.
+#[test]
+fn the_overlap_monitor_flags_an_old_leader_answering_after_a_new_one() {
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let sample = |instance: &str, sent: u64, received: u64, term: &str| Sample {
+        instance: instance.into(),
+        sent: ms(sent),
+        received: ms(received),
+        status: 200,
+        term: Some(term.into()),
+        holder: Some(instance.into()),
+    };
+    // A hand-over: a's last 200 was sent before b's first 200 arrived.
+    assert_no_overlap(&[sample("a", 0, 5, "u/1"), sample("b", 10, 12, "u/2")]);
+    // a answers 200 to a request sent after b's 200 for a newer term arrived.
+    let overlap = [
+        sample("a", 0, 5, "u/1"),
+        sample("b", 10, 12, "u/2"),
+        sample("a", 13, 15, "u/1"),
+    ];
+    let caught = std::panic::catch_unwind(|| assert_no_overlap(&overlap));
+    assert!(caught.is_err(), "the monitor must flag two leaders");
+}

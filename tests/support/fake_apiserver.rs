@@ -1,0 +1,867 @@
+//! A fake Kubernetes Lease API server that behaves like the real kube-apiserver.
+//!
+//! It speaks real HTTP/1.1 on a real `127.0.0.1` socket (real time, never tokio's paused
+//! time) and serves `coordination.k8s.io/v1` Leases the way the exchanges recorded from a
+//! real kube-apiserver v1.36 in `tests/fixtures/apiserver-protocol/` show: `Status` bodies
+//! with the real wording, a global resourceVersion, optimistic concurrency, no-op updates
+//! that keep the resourceVersion, newline-delimited JSON watches with BOOKMARKs, in-stream
+//! 410 `Expired`, streaming lists, RBAC 403s of a least-privilege Role and 401s for bad
+//! tokens. On top of that, tests can inject faults per client (see [`Fault`]).
+//!
+//! The server runs on its own thread with its own tokio runtime, so it keeps serving
+//! whatever the test's runtime does (current-thread, blocked on a child process, ...).
+//! It stops when the last [`FakeApiServer`] handle is dropped.
+//!
+//! ```ignore
+//! let api = FakeApiServer::start("proto", "demo").await;
+//! let kubeconfig = api.write_kubeconfig("pod-a", &dir);   // client "pod-a"
+//! // ... run the sidecar with KUBECONFIG=kubeconfig ...
+//! api.set_fault("pod-a", Fault::all(FaultKind::Partition));
+//! api.update_lease("demo", |l| l["spec"]["holderIdentity"] = "ghost".into());
+//! assert_eq!(lease_holder(&api.lease("demo").unwrap()).as_deref(), Some("ghost"));
+//! ```
+//!
+//! # Authentication and authorization
+//!
+//! A client is named by its bearer token: `"<client>"` (generation 0) or
+//! `"<client>.<generation>"`. Clients are registered by [`FakeApiServer::write_kubeconfig`],
+//! [`FakeApiServer::token`] or [`FakeApiServer::add_client`]; any other token, or a token of
+//! an older generation (see [`FakeApiServer::rotate_token`]), gets 401 `Unauthorized`.
+//! A request without an `Authorization` header is `system:anonymous` and gets 403.
+//!
+//! Every client is bound to the Role of the recordings in the server's namespace: it may
+//! `get`, `update`, `list` and `watch` only the configured lease name (a list or watch must
+//! carry `fieldSelector=metadata.name=<lease>`) and `create` any Lease; everything else
+//! (`delete`, `patch`, other namespaces, other names) is 403. Admin clients
+//! ([`FakeApiServer::set_admin`], like `kubectl` as cluster-admin) may do anything.
+//!
+//! # Known differences from the real server
+//!
+//! * Unknown fields are kept (the real server drops fields it does not know, with a
+//!   warning): tests can see whether a client preserves what it read.
+//! * JSON keys come out in a different order; HTTP/1.1 instead of HTTP/2; no `Audit-Id`
+//!   or `Date` headers; no gzip.
+//! * managedFields are approximated (one `Update` entry per manager owning the labels,
+//!   annotations and top-level spec fields it changed).
+//! * BOOKMARKs come every second by default (the real server sends them about once a
+//!   minute), so idle watches are visibly alive.
+//! * Only equality-based label selectors; only `metadata.name`/`metadata.namespace` field
+//!   selectors; PATCH only as merge patch; no `deletecollection`.
+#![allow(dead_code)]
+
+mod handler;
+mod http;
+mod status;
+mod store;
+mod watch;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::{oneshot, watch as tokio_watch};
+use tokio::task::JoinHandle;
+
+use store::Store;
+
+/// The API verb of a request, as RBAC names it (derived from method, path and `watch=true`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// `GET .../leases/{name}`
+    Get,
+    /// `GET .../leases` (without `watch=true`)
+    List,
+    /// `GET .../leases?watch=true`
+    Watch,
+    /// `POST .../leases`
+    Create,
+    /// `PUT .../leases/{name}`
+    Update,
+    /// `PATCH .../leases/{name}` (only admins may patch; merge patches only)
+    Patch,
+    /// `DELETE .../leases/{name}`
+    Delete,
+    /// Anything else: unknown paths, `/version`, `/healthz`, collection deletes, ...
+    Other,
+}
+
+impl Verb {
+    /// The verb as RBAC spells it (`get`, `list`, `watch`, `create`, `update`, ...).
+    pub fn rbac_name(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::Other => "other",
+        }
+    }
+}
+
+/// A fault injected for one client: which verbs it hits and what it does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fault {
+    /// The verbs the fault applies to; empty means every verb.
+    pub verbs: Vec<Verb>,
+    /// What happens to a request hit by the fault.
+    pub kind: FaultKind,
+}
+
+impl Fault {
+    /// A fault that hits every verb.
+    pub fn all(kind: FaultKind) -> Fault {
+        Fault {
+            verbs: Vec::new(),
+            kind,
+        }
+    }
+
+    /// A fault that hits only the given verbs.
+    pub fn on(verbs: &[Verb], kind: FaultKind) -> Fault {
+        Fault {
+            verbs: verbs.to_vec(),
+            kind,
+        }
+    }
+
+    fn applies_to(&self, verb: Verb) -> bool {
+        self.verbs.is_empty() || self.verbs.contains(&verb)
+    }
+}
+
+/// What a [`Fault`] does to the requests it hits.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultKind {
+    /// Answer with this HTTP status and the `Status` body the real server would send for it:
+    /// 401 `Unauthorized`; 403 the RBAC message for the request's verb, name and namespace;
+    /// 404 `NotFound`; 409 `Conflict`; 410 `Expired` (for a watch: HTTP 200 and an in-stream
+    /// ERROR event, as the real server does); 429 `TooManyRequests` with `Retry-After: 1`;
+    /// 500 `InternalError`; 503 `ServiceUnavailable`; 504 `Timeout`; others a generic
+    /// `Status`. Nothing is applied.
+    Status(u16),
+    /// 429 with a `Retry-After` header (whole seconds, rounded up) and a `TooManyRequests`
+    /// Status, as API Priority and Fairness answers. Note that kube-rs retries 429s itself
+    /// (honouring `Retry-After`) up to 15 times.
+    TooManyRequests {
+        /// The value of the `Retry-After` header and of `details.retryAfterSeconds`.
+        retry_after: Duration,
+    },
+    /// Handle the request normally after this delay.
+    Latency(Duration),
+    /// Never answer: the request stays unanswered even after the fault is cleared (the
+    /// connection stays open until the client gives up or the server shuts down). Use
+    /// [`FaultKind::Partition`] for a hang that heals.
+    Hang,
+    /// Handle the request normally (a write is committed and its watch events are sent),
+    /// then send the response head and only half of the body and close the connection:
+    /// the client sees a transport error (hyper: "connection closed before message
+    /// completed"). On a watch, the stream is cut right after the response head.
+    DropResponse,
+    /// Like a network partition between this client and the server: new requests wait
+    /// (unanswered) until the fault is cleared and are then handled normally; open watches
+    /// deliver no events and no bookmarks until it is cleared, then deliver what they
+    /// held back, in order.
+    Partition,
+}
+
+/// One request received by the server, in arrival order (see [`FakeApiServer::requests`]).
+#[derive(Clone, Debug)]
+pub struct RequestRecord {
+    /// When the request head was received (monotonic, the test's clock).
+    pub at: Instant,
+    /// When the request head was received (wall clock).
+    pub wall: SystemTime,
+    /// The client named by the bearer token; `""` if there was no valid token.
+    pub client: String,
+    /// The API verb.
+    pub verb: Verb,
+    /// The lease name from the path, the `metadata.name` field selector, or a create's body.
+    pub name: Option<String>,
+    /// The HTTP status, once the response head was sent (`None` while unanswered, for hangs,
+    /// partitions not yet healed, and dropped responses).
+    pub status: Option<u16>,
+    /// The HTTP method.
+    pub method: String,
+    /// The request target (path and query, as sent).
+    pub path: String,
+}
+
+/// Per-client state: token generation, user name, role binding.
+#[derive(Clone, Debug)]
+struct ClientInfo {
+    generation: u64,
+    user: String,
+    admin: bool,
+    bound: bool,
+    token_files: Vec<PathBuf>,
+}
+
+/// Everything behind the single lock: the store, the clients, the faults and the log.
+struct State {
+    store: Store,
+    clients: HashMap<String, ClientInfo>,
+    faults: HashMap<String, Vec<Fault>>,
+    watch_lag: HashMap<String, Duration>,
+    bookmark_interval: Duration,
+    log: Vec<RequestRecord>,
+    /// Number of records forgotten by `clear_requests` (request ids stay stable).
+    log_offset: usize,
+}
+
+struct Listening {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+/// The shared server state; tasks on the server's runtime hold an `Arc` of it.
+struct Inner {
+    namespace: String,
+    lease_name: String,
+    rt: tokio::runtime::Handle,
+    addr: Mutex<SocketAddr>,
+    state: Mutex<State>,
+    /// Bumped whenever faults change (wakes partitioned requests and watches).
+    faults_changed: tokio_watch::Sender<u64>,
+    listening: tokio::sync::Mutex<Option<Listening>>,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicking test thread must not make every later request fail.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn default_user(&self, client: &str) -> String {
+        format!("system:serviceaccount:{}:{}", self.namespace, client)
+    }
+
+    fn ensure_client<'a>(&self, st: &'a mut State, client: &str) -> &'a mut ClientInfo {
+        let user = self.default_user(client);
+        st.clients
+            .entry(client.to_string())
+            .or_insert_with(|| ClientInfo {
+                generation: 0,
+                user,
+                admin: false,
+                bound: true,
+                token_files: Vec::new(),
+            })
+    }
+
+    fn notify_faults(&self) {
+        self.faults_changed.send_modify(|n| *n += 1);
+    }
+}
+
+/// Stops the server's runtime thread when the last handle goes away.
+struct Shared {
+    inner: Arc<Inner>,
+    stop_runtime: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(tx) = self
+            .stop_runtime
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A fake kube-apiserver serving Leases in one namespace; a cheap, clonable handle.
+///
+/// All methods that change the store (`create_lease`, `update_lease`, `delete_lease`) act
+/// like an operator with `kubectl` would: they bump the resourceVersion and emit watch
+/// events, bypassing authentication, RBAC and faults.
+#[derive(Clone)]
+pub struct FakeApiServer {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for FakeApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeApiServer")
+            .field("addr", &self.addr())
+            .field("namespace", &self.inner().namespace)
+            .field("lease_name", &self.inner().lease_name)
+            .finish()
+    }
+}
+
+/// The default interval between BOOKMARK events on watches with `allowWatchBookmarks=true`.
+pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(1);
+
+impl FakeApiServer {
+    /// Starts a server on `127.0.0.1` on a free port, serving Leases in `namespace`; clients
+    /// may get/update/list/watch only `lease_name` (see the module docs).
+    pub async fn start(namespace: &str, lease_name: &str) -> FakeApiServer {
+        let server = Self::create(SocketAddr::from(([127, 0, 0, 1], 0)), namespace, lease_name);
+        server.restart().await;
+        server
+    }
+
+    /// Starts a server listening on `addr` (e.g. an address reserved earlier, for "the API
+    /// server comes up later"). Panics if the address cannot be bound.
+    pub async fn start_on(addr: SocketAddr, namespace: &str, lease_name: &str) -> FakeApiServer {
+        let server = Self::create(addr, namespace, lease_name);
+        server.restart().await;
+        server
+    }
+
+    /// Creates a server that is NOT listening yet, on a free port of `127.0.0.1` picked now:
+    /// [`addr`](Self::addr), [`url`](Self::url) and [`write_kubeconfig`](Self::write_kubeconfig)
+    /// work, connections are refused until [`restart`](Self::restart) is called.
+    pub fn new_offline(namespace: &str, lease_name: &str) -> FakeApiServer {
+        Self::create(free_local_addr(), namespace, lease_name)
+    }
+
+    fn create(addr: SocketAddr, namespace: &str, lease_name: &str) -> FakeApiServer {
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("fake-apiserver".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("build fake apiserver runtime");
+                handle_tx
+                    .send(rt.handle().clone())
+                    .expect("send runtime handle");
+                rt.block_on(async {
+                    let _ = stop_rx.await;
+                });
+                // Dropping the runtime cancels every task: listener and connections close.
+                drop(rt);
+            })
+            .expect("spawn fake apiserver thread");
+        let rt = handle_rx.recv().expect("fake apiserver runtime handle");
+        let inner = Arc::new(Inner {
+            namespace: namespace.to_string(),
+            lease_name: lease_name.to_string(),
+            rt,
+            addr: Mutex::new(addr),
+            state: Mutex::new(State {
+                store: Store::new(),
+                clients: HashMap::new(),
+                faults: HashMap::new(),
+                watch_lag: HashMap::new(),
+                bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
+                log: Vec::new(),
+                log_offset: 0,
+            }),
+            faults_changed: tokio_watch::channel(0).0,
+            listening: tokio::sync::Mutex::new(None),
+        });
+        FakeApiServer {
+            shared: Arc::new(Shared {
+                inner,
+                stop_runtime: Mutex::new(Some(stop_tx)),
+            }),
+        }
+    }
+
+    fn inner(&self) -> &Arc<Inner> {
+        &self.shared.inner
+    }
+
+    /// The address the server listens on (also while it is shut down).
+    pub fn addr(&self) -> SocketAddr {
+        *self.inner().addr.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    /// The namespace the server's clients are bound in.
+    pub fn namespace(&self) -> &str {
+        &self.inner().namespace
+    }
+
+    /// The one lease name the clients' Role allows.
+    pub fn lease_name(&self) -> &str {
+        &self.inner().lease_name
+    }
+
+    /// Whether the server is currently listening.
+    pub async fn is_listening(&self) -> bool {
+        self.inner().listening.lock().await.is_some()
+    }
+
+    /// The API server goes down: stops listening and drops every open connection (watches
+    /// end abruptly, pending requests get no answer). The store is kept; when this returns
+    /// the port refuses connections. No-op if not listening.
+    pub async fn shutdown(&self) {
+        let mut listening = self.inner().listening.lock().await;
+        if let Some(l) = listening.take() {
+            let _ = l.stop.send(());
+            let _ = l.task.await;
+        }
+    }
+
+    /// (Re)starts listening on [`addr`](Self::addr) with the same store, clients and faults:
+    /// the API server comes back after [`shutdown`](Self::shutdown), or comes up for the
+    /// first time for a server made by [`new_offline`](Self::new_offline). No-op if already
+    /// listening. Panics if the address cannot be bound.
+    pub async fn restart(&self) {
+        let inner = self.inner().clone();
+        let mut listening = inner.listening.lock().await;
+        if listening.is_some() {
+            return;
+        }
+        let addr = self.addr();
+        let bind = inner.rt.spawn(async move {
+            let socket = if addr.is_ipv4() {
+                TcpSocket::new_v4()
+            } else {
+                TcpSocket::new_v6()
+            }?;
+            socket.set_reuseaddr(true)?;
+            socket.bind(addr)?;
+            socket.listen(1024)
+        });
+        let listener: TcpListener = bind
+            .await
+            .expect("bind task")
+            .unwrap_or_else(|e| panic!("fake apiserver cannot listen on {addr}: {e}"));
+        let local = listener.local_addr().expect("local_addr");
+        *inner.addr.lock().unwrap_or_else(|e| e.into_inner()) = local;
+        let (stop, stop_rx) = oneshot::channel();
+        let task = inner
+            .rt
+            .spawn(handler::accept_loop(inner.clone(), listener, stop_rx));
+        *listening = Some(Listening { stop, task });
+    }
+
+    // ----- clients and tokens -----
+
+    /// Registers `client` (if new) and returns its current bearer token.
+    pub fn token(&self, client: &str) -> String {
+        let inner = self.inner();
+        let mut st = inner.lock();
+        let generation = inner.ensure_client(&mut st, client).generation;
+        token_string(client, generation)
+    }
+
+    /// Registers `client` with the user name `user` (the name RBAC messages show) and returns
+    /// its current token. The default user name is `system:serviceaccount:<ns>:<client>`.
+    pub fn add_client(&self, client: &str, user: &str) -> String {
+        self.set_user_name(client, user);
+        self.token(client)
+    }
+
+    /// Sets the user name of `client` (registering it if new).
+    pub fn set_user_name(&self, client: &str, user: &str) {
+        let inner = self.inner();
+        let mut st = inner.lock();
+        inner.ensure_client(&mut st, client).user = user.to_string();
+    }
+
+    /// Makes `client` a cluster admin (RBAC allows everything, like `kubectl` as admin), or
+    /// takes that back.
+    pub fn set_admin(&self, client: &str, admin: bool) {
+        let inner = self.inner();
+        let mut st = inner.lock();
+        inner.ensure_client(&mut st, client).admin = admin;
+    }
+
+    /// Deletes (`false`) or restores (`true`) the RoleBinding of `client`: while it is
+    /// deleted every request of the client gets the RBAC 403 (exchanges 16 and 17), create
+    /// included. Admins are not affected.
+    pub fn set_role_binding(&self, client: &str, bound: bool) {
+        let inner = self.inner();
+        let mut st = inner.lock();
+        inner.ensure_client(&mut st, client).bound = bound;
+    }
+
+    /// Writes `<dir>/<client>.token` (the client's current token) and `<dir>/<client>.kubeconfig`
+    /// (server [`url`](Self::url), the server's namespace, `tokenFile` = the absolute token
+    /// path) and returns the kubeconfig path. Registers the client if new.
+    /// [`rotate_token`](Self::rotate_token) rewrites the token file.
+    pub fn write_kubeconfig(&self, client: &str, dir: &Path) -> PathBuf {
+        std::fs::create_dir_all(dir).expect("create kubeconfig dir");
+        let dir = std::fs::canonicalize(dir).expect("canonicalize kubeconfig dir");
+        let token_path = dir.join(format!("{client}.token"));
+        let kubeconfig_path = dir.join(format!("{client}.kubeconfig"));
+        let token = {
+            let inner = self.inner();
+            let mut st = inner.lock();
+            let info = inner.ensure_client(&mut st, client);
+            if !info.token_files.contains(&token_path) {
+                info.token_files.push(token_path.clone());
+            }
+            token_string(client, info.generation)
+        };
+        std::fs::write(&token_path, &token).expect("write token file");
+        let yaml = format!(
+            "apiVersion: v1\n\
+             kind: Config\n\
+             clusters:\n\
+             - name: fake\n\
+             \x20 cluster:\n\
+             \x20   server: {url}\n\
+             contexts:\n\
+             - name: fake\n\
+             \x20 context:\n\
+             \x20   cluster: fake\n\
+             \x20   namespace: {ns}\n\
+             \x20   user: {client}\n\
+             current-context: fake\n\
+             users:\n\
+             - name: {client}\n\
+             \x20 user:\n\
+             \x20   tokenFile: {token}\n",
+            url = self.url(),
+            ns = self.namespace(),
+            token = token_path.display(),
+        );
+        std::fs::write(&kubeconfig_path, yaml).expect("write kubeconfig");
+        kubeconfig_path
+    }
+
+    /// Rotates the token of `client`: its generation is bumped, so every earlier token of the
+    /// client now gets 401, and the token files written by
+    /// [`write_kubeconfig`](Self::write_kubeconfig) for it are rewritten with the new token
+    /// (like the kubelet refreshing a projected service account token; kube-rs re-reads a
+    /// `tokenFile` about once a minute). Returns the new token.
+    pub fn rotate_token(&self, client: &str) -> String {
+        let (token, files) = {
+            let inner = self.inner();
+            let mut st = inner.lock();
+            let info = inner.ensure_client(&mut st, client);
+            info.generation += 1;
+            (
+                token_string(client, info.generation),
+                info.token_files.clone(),
+            )
+        };
+        for f in files {
+            // Write atomically so a reader never sees a half-written token.
+            let tmp = f.with_extension("token.tmp");
+            std::fs::write(&tmp, &token).expect("write rotated token");
+            std::fs::rename(&tmp, &f).expect("rename rotated token");
+        }
+        token
+    }
+
+    // ----- direct store access (an operator with kubectl) -----
+
+    /// The Lease `name` in the server's namespace as a GET would return it.
+    pub fn lease(&self, name: &str) -> Option<Value> {
+        let ns = self.namespace().to_string();
+        self.inner().lock().store.get(&ns, name).cloned()
+    }
+
+    /// All Leases in the server's namespace, sorted by name.
+    pub fn leases(&self) -> Vec<Value> {
+        let ns = self.namespace().to_string();
+        self.inner().lock().store.list_namespace(&ns)
+    }
+
+    /// Edits the Lease `name` like `kubectl edit` (field manager `kubectl-edit`): the edited
+    /// object is stored with a new resourceVersion and a MODIFIED event is sent. An edit that
+    /// changes nothing changes nothing (no new resourceVersion, no event), like the real
+    /// server. `metadata.resourceVersion` in the edited object is ignored (the edit always
+    /// applies). Returns the stored object. Panics if the Lease does not exist or the edit is
+    /// invalid.
+    pub fn update_lease(&self, name: &str, edit: impl FnOnce(&mut Value)) -> Value {
+        let ns = self.namespace().to_string();
+        let mut obj = self
+            .lease(name)
+            .unwrap_or_else(|| panic!("update_lease: no lease {ns}/{name}"));
+        // The closure runs without the lock held (it may call back into the server).
+        edit(&mut obj);
+        self.inner()
+            .lock()
+            .store
+            .operator_update(&ns, name, obj, "kubectl-edit")
+            .unwrap_or_else(|e| panic!("update_lease {name}: {}", e.body))
+    }
+
+    /// Creates a Lease like `kubectl create` (field manager `kubectl-create`): `obj` needs at
+    /// least `metadata.name`; `kind`, `apiVersion` and the namespace are filled in. Sends an
+    /// ADDED event and returns the stored object. Panics if it exists or is invalid.
+    pub fn create_lease(&self, obj: Value) -> Value {
+        let inner = self.inner();
+        let ns = inner.namespace.clone();
+        let mut st = inner.lock();
+        st.store
+            .create(&ns, obj, "kubectl-create", false)
+            .unwrap_or_else(|e| panic!("create_lease: {}", e.body))
+    }
+
+    /// Deletes the Lease `name` like `kubectl delete`: sends a DELETED event (with the last
+    /// state of the object and a new resourceVersion) and returns the deleted object, or
+    /// `None` if there was none.
+    pub fn delete_lease(&self, name: &str) -> Option<Value> {
+        let inner = self.inner();
+        let ns = inner.namespace.clone();
+        inner.lock().store.delete(&ns, name, None, None, false).ok()
+    }
+
+    /// Forgets the watch history (like an etcd compaction plus a watch-cache restart): a
+    /// watch or exact list from any resourceVersion older than the current one gets 410
+    /// `Expired`. Open watches are not affected.
+    pub fn compact(&self) {
+        self.inner().lock().store.compact();
+    }
+
+    /// Keeps at most `n` events of watch history (default 1000); older resourceVersions get
+    /// 410 `Expired`.
+    pub fn set_history_limit(&self, n: usize) {
+        self.inner().lock().store.set_history_limit(n);
+    }
+
+    /// The current global resourceVersion. The first server of a test process starts at
+    /// 1000, every later one 1,000,000 higher, so a resourceVersion carried over from an
+    /// earlier server is "too old" (410, re-list) on a new one, never "too large".
+    pub fn resource_version(&self) -> u64 {
+        self.inner().lock().store.rv()
+    }
+
+    /// Waits until `pred` holds for the Lease `name` (`None` = it does not exist) or `timeout`
+    /// passes; re-checked on every store change. Returns the Lease as it was when `pred`
+    /// held, or `Err` with the last seen state on timeout.
+    pub async fn wait_for_lease(
+        &self,
+        name: &str,
+        timeout: Duration,
+        mut pred: impl FnMut(Option<&Value>) -> bool,
+    ) -> Result<Option<Value>, Option<Value>> {
+        let mut changes = self.inner().lock().store.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            changes.borrow_and_update();
+            let cur = self.lease(name);
+            if pred(cur.as_ref()) {
+                return Ok(cur);
+            }
+            // The server notifies on its own runtime; poll too so that this works whatever
+            // updated the store.
+            let wait = tokio::time::timeout_at(deadline, async {
+                tokio::select! {
+                    _ = changes.changed() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            });
+            if wait.await.is_err() {
+                let cur = self.lease(name);
+                return if pred(cur.as_ref()) {
+                    Ok(cur)
+                } else {
+                    Err(cur)
+                };
+            }
+        }
+    }
+
+    // ----- faults -----
+
+    /// Sets a fault for `client`: it replaces the client's fault for the verbs it covers
+    /// (a fault for all verbs replaces all of them). Takes effect on the next request; a
+    /// [`FaultKind::Partition`] also on open watches, at once.
+    pub fn set_fault(&self, client: &str, fault: Fault) {
+        let inner = self.inner();
+        {
+            let mut st = inner.lock();
+            let list = st.faults.entry(client.to_string()).or_default();
+            if fault.verbs.is_empty() {
+                list.clear();
+            } else {
+                for f in list.iter_mut() {
+                    if f.verbs.is_empty() {
+                        // An all-verbs fault keeps applying to the verbs not replaced.
+                        f.verbs = all_verbs()
+                            .into_iter()
+                            .filter(|v| !fault.verbs.contains(v))
+                            .collect();
+                    } else {
+                        f.verbs.retain(|v| !fault.verbs.contains(v));
+                    }
+                }
+                list.retain(|f| !f.verbs.is_empty());
+            }
+            list.push(fault);
+        }
+        inner.notify_faults();
+    }
+
+    /// Clears every fault of `client` (a partition heals: held requests are answered and
+    /// watches deliver again). Does not reset the watch lag.
+    pub fn clear_faults(&self, client: &str) {
+        let inner = self.inner();
+        inner.lock().faults.remove(client);
+        inner.notify_faults();
+    }
+
+    /// The faults currently set for `client`.
+    pub fn faults(&self, client: &str) -> Vec<Fault> {
+        self.inner()
+            .lock()
+            .faults
+            .get(client)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Ends the open watch streams of `client` now, like a dropped connection: events not yet
+    /// delivered are lost and the connection is closed without the terminating chunk (kube-rs
+    /// sees the stream end and re-watches from its last resourceVersion).
+    pub fn drop_watches(&self, client: &str) {
+        self.inner()
+            .lock()
+            .store
+            .signal_watches(client, store::WatchSignal::Drop);
+    }
+
+    /// Sends an in-stream ERROR event with a 410 `Expired` Status on the open watches of
+    /// `client` (after the events already sent to them) and ends them; a kube-rs watcher
+    /// re-lists.
+    pub fn expire_watches(&self, client: &str) {
+        self.inner()
+            .lock()
+            .store
+            .signal_watches(client, store::WatchSignal::Expire);
+    }
+
+    /// Delays every watch event, bookmark and stream end sent to `client` by `lag`, order
+    /// preserved (applies to what is sent from now on, on open and new watches).
+    /// `Duration::ZERO` removes the lag.
+    pub fn set_watch_lag(&self, client: &str, lag: Duration) {
+        self.inner()
+            .lock()
+            .watch_lag
+            .insert(client.to_string(), lag);
+    }
+
+    /// Sets the interval between BOOKMARK events (default 1 s) for all watches with
+    /// `allowWatchBookmarks=true`, from their next bookmark on.
+    pub fn set_bookmark_interval(&self, interval: Duration) {
+        self.inner().lock().bookmark_interval = interval;
+    }
+
+    /// Number of watch streams currently open for `client` (`None` = all clients).
+    pub fn open_watches(&self, client: Option<&str>) -> usize {
+        self.inner().lock().store.open_watches(client)
+    }
+
+    // ----- request log -----
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.inner().lock().log.clone()
+    }
+
+    /// The requests of `client` with `verb`, in arrival order.
+    pub fn requests_of(&self, client: &str, verb: Verb) -> Vec<RequestRecord> {
+        self.inner()
+            .lock()
+            .log
+            .iter()
+            .filter(|r| r.client == client && r.verb == verb)
+            .cloned()
+            .collect()
+    }
+
+    /// Forgets the request log.
+    pub fn clear_requests(&self) {
+        let mut st = self.inner().lock();
+        st.log_offset += st.log.len();
+        st.log.clear();
+    }
+}
+
+fn all_verbs() -> Vec<Verb> {
+    vec![
+        Verb::Get,
+        Verb::List,
+        Verb::Watch,
+        Verb::Create,
+        Verb::Update,
+        Verb::Patch,
+        Verb::Delete,
+        Verb::Other,
+    ]
+}
+
+fn token_string(client: &str, generation: u64) -> String {
+    if generation == 0 {
+        client.to_string()
+    } else {
+        format!("{client}.{generation}")
+    }
+}
+
+/// Picks a free port on 127.0.0.1 (by binding port 0 and letting it go again).
+pub fn free_local_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr")
+}
+
+// ----- small helpers for tests -----
+
+/// `spec.holderIdentity` of a Lease, if set and not empty.
+pub fn lease_holder(v: &Value) -> Option<String> {
+    v.pointer("/spec/holderIdentity")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// `metadata.resourceVersion` of an object, parsed.
+pub fn resource_version_of(v: &Value) -> Option<u64> {
+    v.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+}
+
+/// `spec.leaseTransitions` of a Lease (0 when absent).
+pub fn lease_transitions(v: &Value) -> i64 {
+    v.pointer("/spec/leaseTransitions")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+}
+
+/// Now as a Kubernetes MicroTime (`2026-11-29T17:26:29.727769Z`).
+pub fn micro_time_now() -> String {
+    micro_time(SystemTime::now())
+}
+
+/// A time as a Kubernetes MicroTime (RFC 3339, UTC, six fractional digits).
+pub fn micro_time(t: SystemTime) -> String {
+    let ts = k8s_openapi::jiff::Timestamp::try_from(t).expect("time in range");
+    ts.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// A Lease object (`kind`, `apiVersion`, `metadata.name`, `spec`), e.g. for
+/// [`FakeApiServer::create_lease`]. With a holder, `acquireTime` and `renewTime` are now and
+/// `leaseTransitions` 0.
+pub fn lease_object(name: &str, holder: Option<&str>, duration_seconds: i64) -> Value {
+    let mut spec = json!({ "leaseDurationSeconds": duration_seconds });
+    if let Some(h) = holder {
+        let now = micro_time_now();
+        spec["holderIdentity"] = json!(h);
+        spec["acquireTime"] = json!(now);
+        spec["renewTime"] = json!(now);
+        spec["leaseTransitions"] = json!(0);
+    }
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": { "name": name },
+        "spec": spec,
+    })
+}

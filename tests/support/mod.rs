@@ -1,0 +1,7 @@
+//! Test support shared by the integration tests: a fake Kubernetes Lease API
+//! server and helpers that run real `leader-gate` processes against it.
+#![allow(dead_code)]
+
+pub mod fake_apiserver;
+pub mod monitor;
+pub mod sidecar;

@@ -1,0 +1,236 @@
+//! Real `leader-gate` processes for the scenario tests: each one a separate
+//! OS process with its own kubeconfig (so the fake API server can fault it
+//! alone), its own listeners and a log file to read afterwards.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::fake_apiserver::{FakeApiServer, free_local_addr};
+
+/// Election timing for one test, as flags.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub lease: Duration,
+    pub renew_deadline: Duration,
+    pub retry: Duration,
+}
+
+impl Timing {
+    /// Short enough for a quick suite, long enough for a busy 2-core machine.
+    pub const FAST: Timing = Timing {
+        lease: Duration::from_secs(4),
+        renew_deadline: Duration::from_secs(3),
+        retry: Duration::from_millis(1000),
+    };
+
+    fn args(&self) -> Vec<String> {
+        vec![
+            "--lease-duration".into(),
+            format!("{}s", self.lease.as_secs()),
+            "--renew-deadline".into(),
+            format!("{}ms", self.renew_deadline.as_millis()),
+            "--retry-period".into(),
+            format!("{}ms", self.retry.as_millis()),
+        ]
+    }
+}
+
+/// The answer to one `GET /leader`.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Probe {
+    pub fn leading(&self) -> bool {
+        self.status == 200
+    }
+
+    pub fn holder(&self) -> Option<&str> {
+        self.body["holder"].as_str()
+    }
+
+    pub fn term(&self) -> Option<&str> {
+        self.body["term"].as_str()
+    }
+}
+
+/// A running `leader-gate serve` process.
+pub struct Sidecar {
+    pub name: String,
+    pub gate: SocketAddr,
+    pub admin: SocketAddr,
+    child: Child,
+    log: PathBuf,
+    exit: Option<ExitStatus>,
+}
+
+impl Sidecar {
+    /// Starts `leader-gate serve` as candidate `name` against `api`.
+    pub fn spawn(api: &FakeApiServer, dir: &Path, name: &str, timing: Timing) -> Sidecar {
+        Self::spawn_with(api, dir, name, timing, &[])
+    }
+
+    pub fn spawn_with(
+        api: &FakeApiServer,
+        dir: &Path,
+        name: &str,
+        timing: Timing,
+        extra: &[&str],
+    ) -> Sidecar {
+        let kubeconfig = api.write_kubeconfig(name, dir);
+        let (gate, admin) = (free_local_addr(), free_local_addr());
+        let log = dir.join(format!("{name}.log"));
+        let log_file = std::fs::File::create(&log).expect("create log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+            .arg("serve")
+            .args(["--lease-name", api.lease_name()])
+            .args(["--identity", name])
+            .args(["--listen", &gate.to_string()])
+            .args(["--admin-listen", &admin.to_string()])
+            .args(timing.args())
+            .args(extra)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "info,leader_gate=debug")
+            .env_remove("POD_NAMESPACE")
+            .env_remove("POD_NAME")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn leader-gate");
+        Sidecar {
+            name: name.into(),
+            gate,
+            admin,
+            child,
+            log,
+            exit: None,
+        }
+    }
+
+    /// Waits until the process serves HTTP.
+    pub async fn wait_serving(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if get(self.admin, "/healthz").await.is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{} never served HTTP; log:\n{}", self.name, self.log());
+    }
+
+    pub async fn leader(&self) -> Option<Probe> {
+        get(self.gate, "/leader").await
+    }
+
+    pub async fn admin_get(&self, path: &str) -> Option<Probe> {
+        get(self.admin, path).await
+    }
+
+    /// Waits until `/leader` answers 200.
+    pub async fn wait_leading(&self, timeout: Duration) -> Probe {
+        self.wait_for(timeout, Probe::leading).await
+    }
+
+    /// Waits until `/leader` answers something for which `pred` holds.
+    pub async fn wait_for(&self, timeout: Duration, pred: impl Fn(&Probe) -> bool) -> Probe {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(probe) = self.leader().await
+                && pred(&probe)
+            {
+                return probe;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{}: condition not met within {timeout:?}; last: {:?}\nlog:\n{}",
+                    self.name,
+                    self.leader().await,
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid with a valid signal number.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
+    /// Waits for the process to exit, up to `timeout`.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                self.exit = Some(status);
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
+    }
+
+    /// Resident set size of the process in KiB (Linux `VmRSS`).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// One plain HTTP/1.1 GET; `None` when nothing answers within a second.
+pub async fn get(addr: SocketAddr, path: &str) -> Option<Probe> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await.ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.ok()?;
+        let text = String::from_utf8_lossy(&response);
+        let status = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let body = serde_json::from_str(body).unwrap_or(Value::String(body.into()));
+        Some(Probe { status, body })
+    };
+    tokio::time::timeout(Duration::from_secs(1), exchange)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A fresh directory for one test's kubeconfigs and logs.
+pub fn test_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join("leader-gate-tests")
+        .join(format!("{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create test dir");
+    dir
+}
