@@ -63,9 +63,14 @@ pub struct ServeArgs {
     #[arg(long, env = "LEADER_GATE_RELEASE_ON_SHUTDOWN", default_value_t = true, action = ArgAction::Set)]
     pub release_on_shutdown: bool,
 
-    /// Upper bound on the whole shutdown sequence (step down, release, stop serving).
+    /// Upper bound on the whole shutdown sequence (step down, gate lag, release, stop serving).
     #[arg(long, env = "LEADER_GATE_SHUTDOWN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
+
+    /// How long the collector may go on after "not leading" is published
+    /// (its poll or reload period); a graceful release waits this long first.
+    #[arg(long, env = "LEADER_GATE_GATE_LAG", default_value = "0s", value_parser = parse_duration)]
+    pub gate_lag: Duration,
 
     /// Log format on stderr (the level comes from RUST_LOG, default info).
     #[arg(long, env = "LEADER_GATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -130,6 +135,7 @@ impl ServeArgs {
             admin_listen,
             release_on_shutdown,
             shutdown_timeout,
+            gate_lag,
             log_format,
         } = self;
 
@@ -186,6 +192,23 @@ impl ServeArgs {
         if shutdown_timeout.is_zero() {
             return Err(invalid("--shutdown-timeout", "must be more than 0"));
         }
+        let margin = lease_duration - renew_deadline;
+        if gate_lag >= margin {
+            return Err(invalid(
+                "--gate-lag",
+                format!(
+                    "must be less than the margin --lease-duration - --renew-deadline ({gate_lag:?} >= {margin:?}): a peer could start before this collector stops"
+                ),
+            ));
+        }
+        if gate_lag >= shutdown_timeout {
+            return Err(invalid(
+                "--shutdown-timeout",
+                format!(
+                    "must be more than --gate-lag ({shutdown_timeout:?} <= {gate_lag:?}), or the release never happens"
+                ),
+            ));
+        }
         Ok(ServeConfig {
             lease_name,
             lease_namespace,
@@ -197,7 +220,7 @@ impl ServeArgs {
             admin_listen,
             shutdown: ShutdownOptions {
                 release: release_on_shutdown,
-                gate_lag: Duration::ZERO,
+                gate_lag,
                 timeout: shutdown_timeout,
             },
             log_format,
@@ -350,6 +373,14 @@ mod tests {
             (
                 &["--shutdown-timeout", "0s"],
                 "invalid --shutdown-timeout: must be more than 0",
+            ),
+            (
+                &["--gate-lag", "5s"],
+                "invalid --gate-lag: must be less than the margin",
+            ),
+            (
+                &["--gate-lag", "3s", "--shutdown-timeout", "2s"],
+                "invalid --shutdown-timeout: must be more than --gate-lag",
             ),
         ];
         for (extra, expected) in cases {

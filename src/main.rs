@@ -68,6 +68,7 @@ fn main() -> ExitCode {
 }
 
 async fn serve(config: ServeConfig) -> ExitCode {
+    let mut signals = Signals::new();
     // Listen first: /leader answers 503 even before the API server does (G8).
     let (gate, admin) = match (
         TcpListener::bind(config.listen).await,
@@ -153,33 +154,56 @@ async fn serve(config: ServeConfig) -> ExitCode {
         config.shutdown.clone(),
     ));
 
-    let signal = first_signal().await;
+    let first = signals.next().await;
     tracing::info!(
-        signal,
+        signal = first.name,
         "shutting down: stepping down, then releasing the lease"
     );
-    tokio::spawn(async {
-        let second = first_signal().await;
-        tracing::warn!(signal = second, "second signal: exiting at once");
-        std::process::exit(128 + if second == "SIGINT" { 2 } else { 15 });
+    tokio::spawn(async move {
+        let second = signals.next().await;
+        tracing::warn!(signal = second.name, "second signal: exiting at once");
+        std::process::exit(128 + second.number);
     });
+    let deadline = tokio::time::Instant::now() + config.shutdown.timeout;
     stop_election.cancel();
     // The driver bounds its own hand-over by the shutdown timeout.
-    let _ = driver.await;
+    let _ = tokio::time::timeout_at(deadline, driver).await;
     stop_serving.cancel();
     for server in servers {
-        let _ = tokio::time::timeout(config.shutdown.timeout, server).await;
+        let _ = tokio::time::timeout_at(deadline + SERVER_GRACE, server).await;
     }
     tracing::info!("stopped");
     ExitCode::SUCCESS
 }
 
-async fn first_signal() -> &'static str {
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+/// Time the HTTP servers get to finish answering after the hand-over.
+const SERVER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// SIGTERM and SIGINT, registered once at start so that a second signal
+/// during shutdown is never missed.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+struct Received {
+    name: &'static str,
+    number: i32,
+}
+
+impl Signals {
+    fn new() -> Self {
+        Self {
+            term: signal(SignalKind::terminate()).expect("SIGTERM handler"),
+            int: signal(SignalKind::interrupt()).expect("SIGINT handler"),
+        }
+    }
+
+    async fn next(&mut self) -> Received {
+        tokio::select! {
+            _ = self.term.recv() => Received { name: "SIGTERM", number: libc::SIGTERM },
+            _ = self.int.recv() => Received { name: "SIGINT", number: libc::SIGINT },
+        }
     }
 }
 

@@ -71,6 +71,10 @@ fn bad_flags_exit_64_with_one_line_naming_the_flag() {
             &["--lease-name", "demo", "--no-such-flag"],
             "--no-such-flag",
         ),
+        (
+            &["--lease-name", "demo", "--gate-lag", "6s"],
+            "invalid --gate-lag: must be less than the margin",
+        ),
     ];
     for (args, expected) in cases {
         let mut argv = vec!["serve"];
@@ -127,6 +131,7 @@ fn help_documents_every_flag_and_its_environment_variable() {
         "--admin-listen",
         "--release-on-shutdown",
         "--shutdown-timeout",
+        "--gate-lag",
         "--log-format",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");

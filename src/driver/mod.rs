@@ -11,12 +11,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 use crate::api_error::ApiError;
 use crate::clock::wall_micros;
 use crate::election::{Action, Election, Input, Now, Snapshot, Write, WriteOp};
+use crate::lease::Lease;
 use crate::lease_client::LeaseStore;
 use crate::state::{Heartbeat, Publisher};
 
@@ -47,6 +49,7 @@ pub async fn run(
         publisher,
         inflight: None,
         handled: Instant::now(),
+        stepped_down_at: None,
     };
     driver.publish_now();
     driver.contend(&heartbeat, &shutdown).await;
@@ -61,6 +64,9 @@ struct Driver {
     inflight: Option<BoxFuture<'static, Input>>,
     /// The instant of the last input fed to the machine.
     handled: Instant,
+    /// When "not leading" was last published after leading: the gates count
+    /// their lag from here (G6).
+    stepped_down_at: Option<Instant>,
 }
 
 // === impl Driver ===
@@ -68,6 +74,8 @@ struct Driver {
 impl Driver {
     async fn contend(&mut self, heartbeat: &Heartbeat, shutdown: &CancellationToken) {
         let mut watch = self.store.watch();
+        // Restarts of the watch stream after a 401 or its end, in a row.
+        let mut restarts = 0u32;
         // Wake at least once per retry period so the heartbeat shows a live loop.
         let max_sleep = self.election.settings().retry_period;
         loop {
@@ -85,10 +93,14 @@ impl Driver {
                     input
                 }
                 item = watch.next() => match item {
-                    Some(Ok(lease)) => Input::Observed(lease),
+                    Some(Ok(lease)) => {
+                        restarts = 0;
+                        Input::Observed(lease)
+                    }
                     Some(Err(ApiError::Unauthorized)) => {
                         self.store.reload_credentials().await;
-                        watch = self.store.watch();
+                        restarts += 1;
+                        watch = self.restart_watch(restarts);
                         continue;
                     }
                     Some(Err(error)) => {
@@ -96,7 +108,8 @@ impl Driver {
                         continue;
                     }
                     None => {
-                        watch = self.store.watch();
+                        restarts += 1;
+                        watch = self.restart_watch(restarts);
                         continue;
                     }
                 },
@@ -106,6 +119,18 @@ impl Driver {
         }
     }
 
+    /// A new watch stream after `restarts` restarts in a row, started after
+    /// a jittered backoff (1 s doubling to 30 s) so a persistent 401 cannot
+    /// turn into a stream of LISTs.
+    fn restart_watch(&self, restarts: u32) -> BoxStream<'static, Result<Option<Lease>, ApiError>> {
+        let backoff = Duration::from_secs(1 << restarts.clamp(1, 6).saturating_sub(1))
+            .min(Duration::from_secs(30))
+            .mul_f64(1.0 + fastrand::f64() * 0.2);
+        let delay =
+            futures::stream::once(tokio::time::sleep(backoff)).filter_map(|()| async { None });
+        delay.chain(self.store.watch()).boxed()
+    }
+
     /// One turn: feed the input, publish, then act.
     async fn step(&mut self, input: Input) {
         let now = now();
@@ -113,6 +138,9 @@ impl Driver {
         let actions = self.election.handle(input, now);
         self.handled = now.instant;
         let after = self.publish_now();
+        if before.leading && !after.leading {
+            self.stepped_down_at = Some(Instant::now());
+        }
         log_transition(&before, &after, &self.election.settings().identity);
         for action in actions {
             match action {
@@ -146,16 +174,32 @@ impl Driver {
     /// all within the shutdown timeout.
     async fn hand_over(&mut self, options: ShutdownOptions) {
         let deadline = Instant::now() + options.timeout;
-        let was_leading = self.election.is_leading();
         self.step(Input::Shutdown).await;
-        if was_leading {
-            // The gates close on "not leading"; give them their lag first.
-            let _ = timeout_at(deadline, tokio::time::sleep(options.gate_lag)).await;
+        if let Some(stepped_down) = self.stepped_down_at {
+            // The gates close on "not leading"; give them their lag, counted
+            // from when it was published, before anyone may take over.
+            let gates_closed = stepped_down + options.gate_lag;
+            if timeout_at(deadline, sleep_until(gates_closed))
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "the gate lag outlasts the shutdown timeout: not releasing; peers take over after expiry"
+                );
+                return;
+            }
         }
         if let Some(inflight) = self.inflight.take() {
             match timeout_at(deadline, inflight).await {
                 Ok(input) => self.step(input).await,
-                Err(_) => tracing::warn!("shutdown timeout while a lease request was in flight"),
+                Err(_) => {
+                    // Its outcome is unknown, so a release could not be a CAS
+                    // on the record it wrote: leave the Lease to expire.
+                    tracing::warn!(
+                        "shutdown timeout while a lease request was in flight: not releasing"
+                    );
+                    return;
+                }
             }
         }
         if !options.release {

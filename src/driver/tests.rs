@@ -2,13 +2,13 @@
 //! against an in-memory [`LeaseStore`] seam, so tokio's auto-advancing clock
 //! gives exact instants — no sockets here, which paused time cannot wait on.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use kube::api::DynamicObject;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep};
@@ -27,12 +27,15 @@ struct Memory {
     writes: Mutex<Vec<(String, Instant)>>,
 }
 
-/// One candidate's connection to [`Memory`]; `hang` makes its writes hang.
+/// One candidate's connection to [`Memory`]; `hang` makes its writes hang,
+/// `unauthorized` makes every watch fail with a 401 at once.
 #[derive(Clone)]
 struct Client {
     name: String,
     memory: Arc<Memory>,
     hang: Arc<AtomicBool>,
+    unauthorized: Arc<AtomicBool>,
+    watches_started: Arc<AtomicUsize>,
 }
 
 impl Memory {
@@ -49,6 +52,8 @@ impl Memory {
             name: name.into(),
             memory: self.clone(),
             hang: Arc::default(),
+            unauthorized: Arc::default(),
+            watches_started: Arc::default(),
         }
     }
 
@@ -127,6 +132,11 @@ impl LeaseStore for Client {
     }
 
     fn watch(&self) -> BoxStream<'static, Result<Option<Lease>, ApiError>> {
+        self.watches_started.fetch_add(1, Ordering::SeqCst);
+        if self.unauthorized.load(Ordering::SeqCst) {
+            let refused = futures::stream::once(async { Err(ApiError::Unauthorized) });
+            return refused.chain(futures::stream::pending()).boxed();
+        }
         let rx = self.memory.changes.subscribe();
         futures::stream::unfold((rx, true), |(mut rx, first)| async move {
             if !first {
@@ -152,6 +162,10 @@ struct Candidate {
 
 impl Candidate {
     fn start(client: Client) -> Self {
+        Self::start_with(client, Duration::ZERO)
+    }
+
+    fn start_with(client: Client, gate_lag: Duration) -> Self {
         let settings = Settings {
             identity: client.name.clone(),
             namespace: "ns".into(),
@@ -176,7 +190,7 @@ impl Candidate {
         let stop = CancellationToken::new();
         let options = ShutdownOptions {
             release: true,
-            gate_lag: Duration::ZERO,
+            gate_lag,
             timeout: Duration::from_secs(5),
         };
         let task = tokio::spawn(run(
@@ -280,4 +294,49 @@ async fn a_hung_request_during_shutdown_is_bounded_by_the_shutdown_timeout() {
     (&mut leader.task).await.unwrap();
     assert!(Instant::now() - signalled <= Duration::from_secs(5));
     assert_eq!(leader.flips().last().unwrap(), &(signalled, false));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_release_waits_for_the_gate_lag_counted_from_the_step_down() {
+    let memory = Memory::new();
+    let a = memory.client("a");
+    let hang_a = a.hang.clone();
+    let mut leader = Candidate::start_with(a, Duration::from_secs(3));
+    sleep(Duration::from_secs(3)).await;
+    let follower = Candidate::start(memory.client("b"));
+    sleep(Duration::from_secs(1)).await;
+
+    // a's renews hang: it steps down at its deadline; SIGTERM comes 1 s later.
+    hang_a.store(true, Ordering::SeqCst);
+    while leader.flips().len() < 2 {
+        sleep(Duration::from_millis(100)).await;
+    }
+    let stepped_down = leader.flips()[1].0;
+    sleep(Duration::from_secs(1)).await;
+    hang_a.store(false, Ordering::SeqCst);
+    leader.stop.cancel();
+    (&mut leader.task).await.unwrap();
+    // The release goes out only once the gates had their lag after the
+    // step-down: never earlier, so no peer starts while the collector may run.
+    let released = memory.last_write_by("a");
+    assert!(
+        released >= stepped_down + Duration::from_secs(3),
+        "{:?}",
+        released - stepped_down
+    );
+    sleep(Duration::from_secs(2)).await;
+    assert!(follower.started_at().unwrap() >= released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_refused_with_401_is_restarted_with_backoff_not_in_a_loop() {
+    let memory = Memory::new();
+    let a = memory.client("a");
+    a.unauthorized.store(true, Ordering::SeqCst);
+    let started = a.watches_started.clone();
+    let _candidate = Candidate::start(a);
+    sleep(Duration::from_secs(60)).await;
+    // 1, 2, 4, 8, 16, 30 s (+ jitter): about seven in a minute, not thousands.
+    let n = started.load(Ordering::SeqCst);
+    assert!((3..=9).contains(&n), "{n} watches in a minute");
 }

@@ -220,6 +220,8 @@ pub struct Election {
     seen_versions: VecDeque<String>,
     /// The last holder named by any record, for deleted or cleared Leases.
     last_holder: Option<String>,
+    /// uids of Leases seen deleted: a late answer about one is stale.
+    deleted_uids: VecDeque<String>,
     /// The jittered instant of the next acquisition attempt, chosen once per
     /// expiry so repeated ticks do not re-roll it.
     acquire_at: Option<(Instant, Instant)>,
@@ -247,6 +249,7 @@ impl Election {
             own_writes: VecDeque::new(),
             seen_versions: VecDeque::new(),
             last_holder: None,
+            deleted_uids: VecDeque::new(),
             acquire_at: None,
             not_before: None,
             failures: 0,
@@ -407,6 +410,14 @@ impl Election {
         if let Some(rv) = lease.as_ref().and_then(Lease::resource_version) {
             self.remember_version(rv);
         }
+        if lease.is_none()
+            && let Some(uid) = self.view.as_ref().and_then(|v| v.lease.as_ref()?.uid())
+        {
+            if self.deleted_uids.len() == SEEN_VERSIONS {
+                self.deleted_uids.pop_front();
+            }
+            self.deleted_uids.push_back(uid.to_owned());
+        }
         let changed = match (&self.view, &lease) {
             (None, _) => true,
             (Some(view), Some(new)) => {
@@ -536,6 +547,12 @@ impl Election {
         if self.seen_versions.iter().any(|seen| seen == rv) {
             return true;
         }
+        if lease
+            .uid()
+            .is_some_and(|uid| self.deleted_uids.iter().any(|d| d == uid))
+        {
+            return true;
+        }
         // resourceVersions are opaque, but within one object they only grow;
         // compare them when both are numbers (they are, on etcd).
         let current = self.view.as_ref().and_then(|v| v.lease.as_ref());
@@ -582,8 +599,20 @@ impl Election {
                 self.failures = 0;
                 self.not_before = None;
                 self.renew_unreachable = false;
-                let term = lease.term_id();
                 self.observe(Some(lease), now);
+                // The response may be older than what the watch already showed
+                // (another holder, a deletion): it counts only if the record
+                // we now hold is still this very write.
+                let current = self.view.as_ref().and_then(|v| v.lease.as_ref());
+                let this_write = current
+                    .and_then(|lease| self.own_write_of(&lease.record()))
+                    .is_some_and(|w| w.sent_at == sent_at);
+                if !this_write {
+                    return;
+                }
+                let term = current
+                    .map(Lease::term_id)
+                    .expect("an own record has a lease");
                 match purpose {
                     Purpose::Acquire if !self.shutting_down && !self.is_leading() => {
                         self.start_leading(term, sent_at);
@@ -613,7 +642,17 @@ impl Election {
                 if purpose == Purpose::Renew {
                     self.renew_unreachable = error.is_unreachable();
                 }
-                self.failed(&error, now, actions);
+                let current_rv = self
+                    .view
+                    .as_ref()
+                    .and_then(|v| v.lease.as_ref())
+                    .and_then(Lease::resource_version);
+                let explained = matches!(error, ApiError::Conflict(_) | ApiError::NotFound)
+                    && current_rv != base_rv.as_deref();
+                if !explained {
+                    // Otherwise the watch already showed what changed: act on it now.
+                    self.failed(&error, now, actions);
+                }
             }
         }
     }
@@ -629,9 +668,12 @@ impl Election {
             ApiError::TooManyRequests { retry_after } => {
                 let mut at = now.instant + retry_after.unwrap_or(retry);
                 if let Some(deadline) = self.lead_deadline() {
-                    // Honour Retry-After, but keep one last try before the deadline.
+                    // Honour Retry-After, but keep one last try before the
+                    // deadline — one, not one per 429 once it has come.
                     let last_chance = deadline.checked_sub(retry / 2).unwrap_or(now.instant);
-                    at = at.min(last_chance.max(now.instant));
+                    if now.instant < last_chance {
+                        at = at.min(last_chance);
+                    }
                 }
                 self.not_before = Some(at);
             }

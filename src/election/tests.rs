@@ -691,3 +691,94 @@ fn a_throttled_leader_keeps_one_last_try_before_its_deadline() {
         .expect("...within the deadline");
     assert!(at < t + 10.0);
 }
+
+#[test]
+fn a_late_acquire_response_does_not_revive_a_term_the_watch_already_ended() {
+    let mut h = Harness::new("me");
+    h.feed(Input::Observed(None), 0.0);
+    let (t, create) = h.first_write(0.0, 1.1).unwrap();
+    let committed = h.accept(&create);
+    // The watch shows our acquisition first: we lead...
+    h.feed(Input::Observed(Some(committed.clone())), t + 0.1);
+    assert!(h.election.is_leading());
+    // ...then an operator names someone else: we step down...
+    let uid = committed.uid().unwrap().to_owned();
+    let ghost = h.server_sets(LeaseBuilder::held_by("ghost").uid(&uid));
+    h.feed(Input::Observed(Some(ghost)), t + 0.2);
+    assert!(!h.election.is_leading());
+    // ...and only then does the response of the acquisition arrive.
+    h.feed(Input::Written(Ok(committed)), t + 0.3);
+    assert!(
+        !h.election.is_leading(),
+        "a stale response must not start a term"
+    );
+    assert_eq!(h.snapshot(t + 0.3).holder.as_deref(), Some("ghost"));
+}
+
+#[test]
+fn a_late_answer_about_a_deleted_lease_is_ignored() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a").uid("old"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    h.feed(Input::Observed(None), 1.0);
+    // A read answered before the delete (with a version the watch never
+    // showed us) arrives after it.
+    let late = h.server_sets(LeaseBuilder::held_by("a").uid("old").renewed_at(5));
+    h.feed(Input::Read(Ok(Some(late))), 2.0);
+    assert!(h.election.next_wakeup(h.now(2.0).instant) <= Some(h.now(16.0).instant));
+    let (_, create) = h
+        .first_write(16.0, 17.1)
+        .expect("creates after one duration from the delete");
+    assert!(matches!(
+        create,
+        Action::Write(Write {
+            op: WriteOp::Create(_),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_conflict_the_watch_already_explained_needs_no_read() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    let (at, _) = h.first_write(15.0, 16.1).unwrap();
+    // The winner's write reaches us through the watch before our 409 does.
+    let winner = h.server_sets(LeaseBuilder::held_by("c").renewed_at(99));
+    h.feed(Input::Observed(Some(winner)), at + 0.05);
+    h.feed(
+        Input::Written(Err(ApiError::Conflict("Conflict".into()))),
+        at + 0.1,
+    );
+    for step in 1..40 {
+        let actions = h.tick(at + 0.1 + step as f64 * 0.1);
+        assert!(
+            actions.is_empty(),
+            "no read, no write before c's record expires: {actions:?}"
+        );
+    }
+    assert_eq!(h.snapshot(at + 4.0).holder.as_deref(), Some("c"));
+}
+
+#[test]
+fn a_throttled_leader_makes_one_last_try_not_a_burst() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let retry_after = Some(Duration::from_secs(30));
+    let mut attempts = 0;
+    let mut at = t + 2.0;
+    let mut actions = Vec::new();
+    while h.election.is_leading() {
+        actions.extend(h.tick(at));
+        // Answer every renew with a 429, and count what that provokes.
+        while is_write(&actions, Purpose::Renew) && attempts < 100 {
+            attempts += 1;
+            let throttled = ApiError::TooManyRequests { retry_after };
+            actions = h.feed(Input::Written(Err(throttled)), at + 0.005);
+        }
+        actions.clear();
+        at += 0.01;
+    }
+    assert_eq!(attempts, 2, "the first renew and one last try");
+}
