@@ -35,6 +35,11 @@ impl BootInstant {
         self.0.as_millis() as u64
     }
 
+    /// Time from `earlier` to `self`, zero if `earlier` is later.
+    pub fn saturating_since(self, earlier: BootInstant) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+
     /// Time left until `self`, zero once it has passed.
     pub fn remaining(self) -> Duration {
         self.0.saturating_sub(boot_clock())

@@ -18,10 +18,29 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at start-up: the size difference between variants is moot.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the sidecar: contend for the Lease and serve /leader.
+    /// Run the sidecar: contend for the Lease and serve /leader and /events.
     Serve(ServeArgs),
+    /// Subscribe to a sidecar's /events and print one line per event.
+    Watch(WatchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The event stream to follow.
+    #[arg(
+        long,
+        env = "LEADER_GATE_WATCH_URL",
+        default_value = "http://127.0.0.1:4040/events"
+    )]
+    pub url: String,
+
+    /// One JSON object per line instead of human-readable lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -72,6 +91,14 @@ pub struct ServeArgs {
     #[arg(long, env = "LEADER_GATE_GATE_LAG", default_value = "0s", value_parser = parse_duration)]
     pub gate_lag: Duration,
 
+    /// Most /events streams open at once; more are answered 503.
+    #[arg(long, env = "LEADER_GATE_MAX_SUBSCRIBERS", default_value_t = 128)]
+    pub max_subscribers: usize,
+
+    /// Interval of keep-alive comments on /events, so proxies keep idle streams open.
+    #[arg(long, env = "LEADER_GATE_EVENTS_KEEP_ALIVE", default_value = "15s", value_parser = parse_duration)]
+    pub events_keep_alive: Duration,
+
     /// Log format on stderr (the level comes from RUST_LOG, default info).
     #[arg(long, env = "LEADER_GATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -111,6 +138,8 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
     pub shutdown: ShutdownOptions,
+    pub max_subscribers: usize,
+    pub events_keep_alive: Duration,
     pub log_format: LogFormat,
 }
 
@@ -136,6 +165,8 @@ impl ServeArgs {
             release_on_shutdown,
             shutdown_timeout,
             gate_lag,
+            max_subscribers,
+            events_keep_alive,
             log_format,
         } = self;
 
@@ -209,6 +240,12 @@ impl ServeArgs {
                 ),
             ));
         }
+        if max_subscribers == 0 {
+            return Err(invalid("--max-subscribers", "must be at least 1"));
+        }
+        if events_keep_alive.is_zero() {
+            return Err(invalid("--events-keep-alive", "must be more than 0"));
+        }
         Ok(ServeConfig {
             lease_name,
             lease_namespace,
@@ -223,6 +260,8 @@ impl ServeArgs {
                 gate_lag,
                 timeout: shutdown_timeout,
             },
+            max_subscribers,
+            events_keep_alive,
             log_format,
         })
     }
@@ -312,7 +351,9 @@ mod tests {
         let mut argv = vec!["leader-gate", "serve", "--lease-name", "demo"];
         argv.extend_from_slice(extra);
         let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else {
+            unreachable!()
+        };
         args.validate(|_| None, || Some("host-1".into()))
             .map_err(|e| e.to_string())
     }
@@ -332,7 +373,9 @@ mod tests {
     #[test]
     fn identity_and_namespace_fall_back_to_the_downward_api() {
         let cli = Cli::try_parse_from(["leader-gate", "serve", "--lease-name", "demo"]).unwrap();
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else {
+            unreachable!()
+        };
         let env = |name: &str| match name {
             "POD_NAME" => Some("metricbeat-x7k2p".to_owned()),
             "POD_NAMESPACE" => Some("monitoring".to_owned()),
@@ -394,7 +437,9 @@ mod tests {
         for bad in ["", "Demo", "-demo", "demo-", "de_mo", &"a".repeat(254)] {
             let flag = format!("--lease-name={bad}");
             let cli = Cli::try_parse_from(["leader-gate", "serve", &flag]).unwrap();
-            let Command::Serve(args) = cli.command;
+            let Command::Serve(args) = cli.command else {
+                unreachable!()
+            };
             let error = args.validate(|_| None, || Some("h".into())).unwrap_err();
             assert_eq!(error.flag, "--lease-name", "{bad:?}");
         }

@@ -2,8 +2,8 @@
 //! socket) and a server that takes a pre-bound listener and a cancellation
 //! token.
 //!
-//! - gate router (pod-local): `GET|HEAD /leader`
-//! - admin router (kubelet, Prometheus): `/leader`, `/healthz`, `/readyz`
+//! - gate router (pod-local): `GET|HEAD /leader`, `GET /events`
+//! - admin router (kubelet, Prometheus): `/leader`, `/healthz`, `/readyz`, `/metrics`
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,9 +15,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::event_stream;
+use crate::events::EventLog;
+use crate::metrics::Metrics;
 use crate::state::{Heartbeat, LeaderBody, LeaderState, LeaseRef, since_text};
 
 /// What the handlers read.
@@ -30,19 +33,31 @@ pub struct AppState {
     pub heartbeat: Arc<Heartbeat>,
     /// `/healthz` fails when the election loop was silent this long.
     pub stuck_after: Duration,
+    pub events: Arc<EventLog>,
+    pub metrics: Arc<Metrics>,
+    /// One permit per open `/events` stream.
+    pub subscribers: Arc<Semaphore>,
+    /// Interval of keep-alive comments on `/events`.
+    pub keep_alive: Duration,
+    /// Ends the event streams (the server's own graceful shutdown waits for them).
+    pub shutdown: CancellationToken,
 }
 
-/// The gate listener's routes: `/leader`.
+/// The gate listener's routes: `/leader`, `/events`.
 pub fn gate_router(app: AppState) -> Router {
-    Router::new().route("/leader", get(leader)).with_state(app)
+    Router::new()
+        .route("/leader", get(leader))
+        .route("/events", get(event_stream::events))
+        .with_state(app)
 }
 
-/// The admin listener's routes: `/leader`, `/healthz`, `/readyz`.
+/// The admin listener's routes: `/leader`, `/healthz`, `/readyz`, `/metrics`.
 pub fn admin_router(app: AppState) -> Router {
     Router::new()
         .route("/leader", get(leader))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .with_state(app)
 }
 
@@ -57,9 +72,9 @@ pub async fn serve(
         .await
 }
 
-/// 200 when leading at this very moment, 503 otherwise (HEAD: same, no body).
-async fn leader(State(app): State<AppState>) -> Response {
-    let state = app.state.borrow().clone();
+/// The `/leader` body for `state`, judged now: whether this instance leads
+/// at this very moment, and the JSON.
+pub fn leader_body(app: &AppState, state: &LeaderState) -> (bool, serde_json::Value) {
     // Decided now, against the boot-clock deadline, not when published (G2).
     let valid_for = state.valid_for();
     let leading = state.leading_now();
@@ -72,17 +87,37 @@ async fn leader(State(app): State<AppState>) -> Response {
             name: &app.lease_name,
         },
         term: state.term.as_deref().filter(|_| leading),
-        since: since_text(&state),
+        since: since_text(state),
         valid_for_ms: valid_for.as_millis() as u64,
         seq: state.seq,
         last_stop_reason: state.last_stop,
     };
+    (
+        leading,
+        serde_json::to_value(body).expect("the body serializes"),
+    )
+}
+
+/// 200 when leading at this very moment, 503 otherwise (HEAD: same, no body).
+async fn leader(State(app): State<AppState>) -> Response {
+    let state = app.state.borrow().clone();
+    let (leading, body) = leader_body(&app, &state);
     let status = if leading {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body)).into_response()
+}
+
+/// Prometheus text exposition.
+async fn metrics(State(app): State<AppState>) -> Response {
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    (
+        [(axum::http::header::CONTENT_TYPE, content_type)],
+        app.metrics.encode(),
+    )
+        .into_response()
 }
 
 /// Liveness: fails only when the election task ended or is stuck.
@@ -127,6 +162,11 @@ mod tests {
             lease_name: "demo".into(),
             heartbeat: Heartbeat::new(),
             stuck_after: Duration::from_secs(15),
+            events: EventLog::new("me", 16, 16),
+            metrics: Arc::new(Metrics::new("ns", "demo")),
+            subscribers: Arc::new(Semaphore::new(2)),
+            keep_alive: Duration::from_secs(15),
+            shutdown: CancellationToken::new(),
         }
     }
 
@@ -200,7 +240,9 @@ mod tests {
 
     #[tokio::test]
     async fn readyz_waits_for_the_api_server_and_healthz_for_a_live_loop() {
-        let (_publisher, rx) = Publisher::new();
+        let events = EventLog::new("me", 16, 16);
+        let metrics = Arc::new(Metrics::new("ns", "demo"));
+        let (_publisher, rx) = Publisher::new("me", events, metrics);
         let mut app = app(rx.borrow().clone());
         app.state = rx;
         let (status, _) = get(admin_router(app.clone()), "GET", "/readyz").await;
@@ -213,9 +255,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_gate_listener_serves_only_leader() {
-        let router = gate_router(app(leading(BootInstant::now())));
-        let (status, _) = get(router, "GET", "/healthz").await;
-        assert_eq!(status, StatusCode::NOT_FOUND);
+    async fn the_gate_listener_serves_no_admin_routes() {
+        for path in ["/healthz", "/readyz", "/metrics"] {
+            let router = gate_router(app(leading(BootInstant::now())));
+            let (status, _) = get(router, "GET", path).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        }
     }
 }

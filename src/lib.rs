@@ -13,7 +13,11 @@
 //! - [`lease_client`]: the adapter that talks to the API server (kube-rs).
 //! - [`driver`]: the one task that owns the Lease and runs the machine.
 //! - [`state`]: the published leadership snapshot and the task's heartbeat.
-//! - [`http`]: the routers (`/leader`, `/healthz`, `/readyz`) and server.
+//! - [`events`]: the event log of transitions (ids, history, fan-out).
+//! - [`event_stream`]: `GET /events`, the log as server-sent events.
+//! - [`metrics`]: Prometheus metrics for `/metrics`.
+//! - [`http`]: the routers and server.
+//! - [`watch_client`]: `leader-gate watch`, a subscriber that prints events.
 //! - [`clock`]: boot clock for read-time validity, MicroTime formatting.
 //!
 //! `src/main.rs` wires these together and owns signals and exit codes.
@@ -23,7 +27,11 @@ pub mod clock;
 pub mod config;
 pub mod driver;
 pub mod election;
+pub mod event_stream;
+pub mod events;
 pub mod http;
 pub mod lease;
 pub mod lease_client;
+pub mod metrics;
 pub mod state;
+pub mod watch_client;

@@ -14,16 +14,24 @@ use std::sync::Arc;
 use clap::Parser;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use leader_gate::config::{Cli, Command, LogFormat, ServeConfig, resolve_namespace};
+use leader_gate::config::{Cli, Command, LogFormat, ServeConfig, WatchArgs, resolve_namespace};
 use leader_gate::driver;
 use leader_gate::election::{Election, Settings};
+use leader_gate::events::EventLog;
 use leader_gate::http::{self, AppState};
 use leader_gate::lease_client::{self, KubeLeaseStore};
+use leader_gate::metrics::Metrics;
 use leader_gate::state::{Heartbeat, Publisher};
+use leader_gate::watch_client;
 
 const EX_USAGE: u8 = 64;
+/// Events kept for `Last-Event-ID` resumption.
+const EVENT_HISTORY: usize = 1024;
+/// Events a subscriber may fall behind before it is told it lagged.
+const EVENT_BUFFER: usize = 256;
 const EX_OSERR: u8 = 71;
 const EX_CONFIG: u8 = 78;
 
@@ -51,7 +59,22 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
-    let Command::Serve(args) = cli.command;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let args = match cli.command {
+        Command::Serve(args) => args,
+        Command::Watch(WatchArgs { url, json }) => {
+            return match runtime.block_on(watch_client::run(&url, json, std::io::stdout())) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("leader-gate: {error}");
+                    ExitCode::from(EX_USAGE)
+                }
+            };
+        }
+    };
     let config = match args.validate(|name| std::env::var(name).ok(), hostname) {
         Ok(config) => config,
         Err(error) => {
@@ -60,10 +83,6 @@ fn main() -> ExitCode {
         }
     };
     init_logging(config.log_format);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
     runtime.block_on(serve(config))
 }
 
@@ -119,8 +138,12 @@ async fn serve(config: ServeConfig) -> ExitCode {
         retry_period = ?settings.retry_period, listen = %config.listen,
         admin_listen = %config.admin_listen, "leader-gate starting"
     );
-    let (publisher, state) = Publisher::new();
+    let events = EventLog::new(&config.identity, EVENT_HISTORY, EVENT_BUFFER);
+    let metrics = Arc::new(Metrics::new(&namespace, &config.lease_name));
+    let (publisher, state) = Publisher::new(&config.identity, events.clone(), metrics.clone());
     let heartbeat = Heartbeat::new();
+    let stop_election = CancellationToken::new();
+    let stop_serving = CancellationToken::new();
     let app = AppState {
         state,
         identity: config.identity.as_str().into(),
@@ -128,10 +151,13 @@ async fn serve(config: ServeConfig) -> ExitCode {
         lease_name: config.lease_name.as_str().into(),
         heartbeat: heartbeat.clone(),
         stuck_after: config.lease_duration,
+        events,
+        metrics,
+        subscribers: Arc::new(Semaphore::new(config.max_subscribers)),
+        keep_alive: config.events_keep_alive,
+        shutdown: stop_serving.clone(),
     };
 
-    let stop_election = CancellationToken::new();
-    let stop_serving = CancellationToken::new();
     let servers = [
         tokio::spawn(http::serve(
             gate,

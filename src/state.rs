@@ -15,6 +15,8 @@ use tokio::time::Instant;
 
 use crate::clock::{BootInstant, format_micro_time, wall_micros};
 use crate::election::Snapshot;
+use crate::events::{EventKind, EventLog, Transition};
+use crate::metrics::Metrics;
 
 /// What is published after every change.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,7 +29,7 @@ pub struct LeaderState {
     pub since_micros: i64,
     /// The forced step-down instant on the boot clock, while leading.
     pub valid_until: Option<BootInstant>,
-    /// Counts transitions: a change of leading, term or holder.
+    /// The seq of the last event published (counts transitions).
     pub seq: u64,
     /// Why the last term ended.
     pub last_stop: Option<&'static str>,
@@ -83,20 +85,39 @@ pub struct LeaseRef<'a> {
     pub name: &'a str,
 }
 
-/// The election's side of the published state.
+/// The election's side of the published state: the snapshot for readers,
+/// and one event per transition for subscribers.
 pub struct Publisher {
     tx: watch::Sender<LeaderState>,
+    events: Arc<EventLog>,
+    metrics: Arc<Metrics>,
+    identity: String,
 }
 
 // === impl Publisher ===
 
 impl Publisher {
-    pub fn new() -> (Self, watch::Receiver<LeaderState>) {
+    pub fn new(
+        identity: &str,
+        events: Arc<EventLog>,
+        metrics: Arc<Metrics>,
+    ) -> (Self, watch::Receiver<LeaderState>) {
         let (tx, rx) = watch::channel(LeaderState::initial());
-        (Self { tx }, rx)
+        let publisher = Self {
+            tx,
+            events,
+            metrics,
+            identity: identity.to_owned(),
+        };
+        (publisher, rx)
     }
 
-    /// Publishes `snapshot` if anything a reader sees changed.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Publishes `snapshot` if anything a reader sees changed, with an event
+    /// for each transition (stopped before new-leader before started).
     pub fn publish(&self, snapshot: &Snapshot) {
         // Read the boot clock before the monotonic one: the mapped deadline
         // can only come out early, never late.
@@ -106,20 +127,24 @@ impl Publisher {
             .map(|d| boot_now.plus(d.saturating_duration_since(Instant::now())));
         self.tx.send_if_modified(|state| {
             let term = snapshot.term.as_ref().map(|t| t.to_string());
-            let transition = state.leading != snapshot.leading
-                || state.term != term
-                || state.holder != snapshot.holder;
+            let transitions = self.transitions(state, snapshot, &term);
+            for transition in &transitions {
+                let event = self.events.publish(transition.clone());
+                self.metrics.transition(&event);
+            }
+            self.metrics
+                .state(snapshot.leading, snapshot.holder.is_some());
             let next = LeaderState {
                 leading: snapshot.leading,
                 holder: snapshot.holder.clone(),
                 term,
-                since_micros: if transition {
-                    wall_micros()
-                } else {
+                since_micros: if transitions.is_empty() {
                     state.since_micros
+                } else {
+                    wall_micros()
                 },
                 valid_until,
-                seq: state.seq + u64::from(transition),
+                seq: self.events.last_seq(),
                 last_stop: snapshot.last_stop.map(|r| r.as_str()),
                 observed: snapshot.observed,
             };
@@ -129,6 +154,42 @@ impl Publisher {
             }
             changed
         });
+    }
+
+    fn transitions(
+        &self,
+        state: &LeaderState,
+        snapshot: &Snapshot,
+        term: &Option<String>,
+    ) -> Vec<Transition> {
+        let mut out = Vec::new();
+        let term_changed = state.term != *term;
+        if state.leading && (!snapshot.leading || term_changed) {
+            out.push(Transition {
+                kind: EventKind::StoppedLeading,
+                term: state.term.clone(),
+                reason: snapshot.last_stop.map(|r| r.as_str()),
+                holder: None,
+            });
+        }
+        // Who leads, for followers' subscribers; our own start says it for us.
+        if state.holder != snapshot.holder && snapshot.holder.as_deref() != Some(&self.identity) {
+            out.push(Transition {
+                kind: EventKind::NewLeader,
+                term: None,
+                reason: None,
+                holder: snapshot.holder.clone(),
+            });
+        }
+        if snapshot.leading && (!state.leading || term_changed) {
+            out.push(Transition {
+                kind: EventKind::StartedLeading,
+                term: term.clone(),
+                reason: None,
+                holder: snapshot.holder.clone(),
+            });
+        }
+        out
     }
 }
 

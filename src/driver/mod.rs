@@ -16,8 +16,8 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 use crate::api_error::ApiError;
-use crate::clock::wall_micros;
-use crate::election::{Action, Election, Input, Now, Snapshot, Write, WriteOp};
+use crate::clock::{BootInstant, wall_micros};
+use crate::election::{Action, Election, Input, Now, Purpose, Snapshot, Write, WriteOp};
 use crate::lease::Lease;
 use crate::lease_client::LeaseStore;
 use crate::state::{Heartbeat, Publisher};
@@ -46,7 +46,7 @@ pub async fn run(
     let mut driver = Driver {
         store,
         election,
-        publisher,
+        publisher: Arc::new(publisher),
         inflight: None,
         handled: Instant::now(),
         stepped_down_at: None,
@@ -59,7 +59,7 @@ pub async fn run(
 struct Driver {
     store: Arc<dyn LeaseStore>,
     election: Election,
-    publisher: Publisher,
+    publisher: Arc<Publisher>,
     /// The one request in flight, resolving to its input.
     inflight: Option<BoxFuture<'static, Input>>,
     /// The instant of the last input fed to the machine.
@@ -104,6 +104,7 @@ impl Driver {
                         continue;
                     }
                     Some(Err(error)) => {
+                        self.publisher.metrics().api_request("watch", Err(&error));
                         tracing::debug!(%error, "lease watch failed; it retries with backoff");
                         continue;
                     }
@@ -147,8 +148,13 @@ impl Driver {
                 Action::Write(write) => self.inflight = Some(self.send(write)),
                 Action::Read { timeout } => {
                     let get = self.store.get();
+                    let publisher = self.publisher.clone();
                     self.inflight = Some(Box::pin(async move {
-                        Input::Read(with_timeout(timeout, get).await)
+                        let result = with_timeout(timeout, get).await;
+                        publisher
+                            .metrics()
+                            .api_request("get", result.as_ref().map(|_| ()));
+                        Input::Read(result)
                     }));
                 }
                 Action::ReloadCredentials => self.store.reload_credentials().await,
@@ -163,11 +169,22 @@ impl Driver {
     }
 
     fn send(&self, write: Write) -> BoxFuture<'static, Input> {
-        let request = match write.op {
-            WriteOp::Create(object) => self.store.create(*object),
-            WriteOp::Replace(object) => self.store.replace(*object),
+        let renew = write.purpose == Purpose::Renew;
+        let (verb, request) = match write.op {
+            WriteOp::Create(object) => ("create", self.store.create(*object)),
+            WriteOp::Replace(object) => ("update", self.store.replace(*object)),
         };
-        Box::pin(async move { Input::Written(with_timeout(write.timeout, request).await) })
+        let publisher = self.publisher.clone();
+        Box::pin(async move {
+            let sent = (BootInstant::now(), Instant::now());
+            let result = with_timeout(write.timeout, request).await;
+            let metrics = publisher.metrics();
+            metrics.api_request(verb, result.as_ref().map(|_| ()));
+            if renew && result.is_ok() {
+                metrics.renewed(sent.0, sent.1.elapsed());
+            }
+            Input::Written(result)
+        })
     }
 
     /// G6: not leading → gate lag → the request in flight → marked release,

@@ -174,7 +174,9 @@ impl Candidate {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
         };
-        let (publisher, mut rx) = Publisher::new();
+        let events = crate::events::EventLog::new(&client.name, 64, 64);
+        let metrics = Arc::new(crate::metrics::Metrics::new("ns", "demo"));
+        let (publisher, mut rx) = Publisher::new(&client.name, events, metrics);
         let flips = Arc::new(Mutex::new(Vec::new()));
         let recorded = flips.clone();
         tokio::spawn(async move {

@@ -2,6 +2,7 @@
 //! server and helpers that run real `leader-gate` processes against it.
 #![allow(dead_code)]
 
+pub mod events;
 pub mod fake_apiserver;
 pub mod monitor;
 pub mod sidecar;

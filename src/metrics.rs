@@ -1,0 +1,183 @@
+//! Prometheus metrics (`GET /metrics` on the admin listener): the same facts
+//! the event stream carries, as numbers an operator can alert on.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+
+use crate::api_error::ApiError;
+use crate::clock::BootInstant;
+use crate::events::{Event, EventKind};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabels {
+    lease: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransitionLabels {
+    lease: String,
+    direction: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    verb: &'static str,
+    outcome: &'static str,
+}
+
+/// All metrics of one process.
+pub struct Metrics {
+    registry: Registry,
+    lease: String,
+    leading: Family<LeaseLabels, Gauge>,
+    transitions: Family<TransitionLabels, Counter>,
+    requests: Family<RequestLabels, Counter>,
+    renew_latency: Histogram,
+    last_renew: Mutex<Option<BootInstant>>,
+    last_renew_age: Gauge<f64, AtomicU64>,
+    leader_observed: Gauge,
+    subscribers: Gauge,
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    /// Metrics for the Lease `namespace/name`.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        let mut registry = Registry::with_prefix("leader_gate");
+        let leading = Family::<LeaseLabels, Gauge>::default();
+        registry.register(
+            "leading",
+            "1 while this instance leads the lease",
+            leading.clone(),
+        );
+        let transitions = Family::<TransitionLabels, Counter>::default();
+        registry.register(
+            "transitions",
+            "Leadership transitions of this instance, by direction (started, stopped) and reason",
+            transitions.clone(),
+        );
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "api_requests",
+            "Lease API requests by verb and outcome (ok, conflict, forbidden, not_found, timeout, error)",
+            requests.clone(),
+        );
+        let renew_latency =
+            Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]);
+        registry.register_with_unit(
+            "renew_duration",
+            "Latency of successful renews",
+            Unit::Seconds,
+            renew_latency.clone(),
+        );
+        let last_renew_age = Gauge::<f64, AtomicU64>::default();
+        registry.register_with_unit(
+            "last_renew_age",
+            "Time since this instance's last successful renew was sent (NaN before the first)",
+            Unit::Seconds,
+            last_renew_age.clone(),
+        );
+        let leader_observed = Gauge::default();
+        registry.register(
+            "leader_observed",
+            "1 while a live holder of the lease is observed (by any instance); 0 means nobody leads",
+            leader_observed.clone(),
+        );
+        let subscribers = Gauge::default();
+        registry.register(
+            "event_subscribers",
+            "Open /events streams",
+            subscribers.clone(),
+        );
+        let lease = format!("{namespace}/{name}");
+        leading
+            .get_or_create(&LeaseLabels {
+                lease: lease.clone(),
+            })
+            .set(0);
+        last_renew_age.set(f64::NAN);
+        Self {
+            registry,
+            lease,
+            leading,
+            transitions,
+            requests,
+            renew_latency,
+            last_renew: Mutex::new(None),
+            last_renew_age,
+            leader_observed,
+            subscribers,
+        }
+    }
+
+    /// Counts one API request by its outcome.
+    pub fn api_request(&self, verb: &'static str, result: Result<(), &ApiError>) {
+        let outcome = match result {
+            Ok(()) => "ok",
+            Err(ApiError::Conflict(_)) => "conflict",
+            Err(ApiError::Forbidden(_)) => "forbidden",
+            Err(ApiError::NotFound) => "not_found",
+            Err(ApiError::Timeout(_)) => "timeout",
+            Err(_) => "error",
+        };
+        self.requests
+            .get_or_create(&RequestLabels { verb, outcome })
+            .inc();
+    }
+
+    /// A renew succeeded: it was sent `latency` before its answer arrived.
+    pub fn renewed(&self, sent: BootInstant, latency: Duration) {
+        self.renew_latency.observe(latency.as_secs_f64());
+        *self.last_renew.lock().expect("metrics lock") = Some(sent);
+    }
+
+    /// A published event.
+    pub fn transition(&self, event: &Event) {
+        let direction = match event.kind {
+            EventKind::StartedLeading => "started",
+            EventKind::StoppedLeading => "stopped",
+            EventKind::NewLeader => return,
+        };
+        let labels = TransitionLabels {
+            lease: self.lease.clone(),
+            direction,
+            reason: event.reason.unwrap_or("acquired"),
+        };
+        self.transitions.get_or_create(&labels).inc();
+    }
+
+    /// The published state.
+    pub fn state(&self, leading: bool, holder_observed: bool) {
+        let labels = LeaseLabels {
+            lease: self.lease.clone(),
+        };
+        self.leading.get_or_create(&labels).set(i64::from(leading));
+        self.leader_observed.set(i64::from(holder_observed));
+    }
+
+    pub fn subscribers(&self) -> &Gauge {
+        &self.subscribers
+    }
+
+    /// The Prometheus text exposition, as of now.
+    pub fn encode(&self) -> String {
+        if let Some(sent) = *self.last_renew.lock().expect("metrics lock") {
+            let age = BootInstant::now().saturating_since(sent);
+            self.last_renew_age.set(age.as_secs_f64());
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("encoding to a String cannot fail");
+        text
+    }
+}

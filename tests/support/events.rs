@@ -1,0 +1,139 @@
+//! A test subscriber of `/events`: real HTTP/1.1 over a socket, parsed with
+//! the library's own SSE parser, every message stamped on arrival.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::{Bytes, Incoming};
+use hyper_util::rt::TokioIo;
+use leader_gate::watch_client::{SseMessage, SseParser};
+use serde_json::Value;
+use tokio::net::TcpStream;
+
+/// One received event.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub message: SseMessage,
+    pub data: Value,
+    pub at: Instant,
+    /// Arrival on the wall clock, µs since the epoch (comparable with an
+    /// event's `published_at_us`, which shares this machine's clock).
+    pub wall_us: i64,
+}
+
+impl Received {
+    pub fn kind(&self) -> &str {
+        &self.message.event
+    }
+
+    pub fn term(&self) -> Option<&str> {
+        self.data["term"].as_str()
+    }
+}
+
+pub struct EventClient {
+    pub status: u16,
+    body: Option<Incoming>,
+    parser: SseParser,
+    queue: VecDeque<Received>,
+    pub ended: bool,
+}
+
+impl EventClient {
+    /// Subscribes to `http://addr/events`, resuming after `last_event_id`.
+    pub async fn connect(addr: SocketAddr, last_event_id: Option<&str>) -> EventClient {
+        let stream = TcpStream::connect(addr).await.expect("connect /events");
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        tokio::spawn(connection);
+        let mut request = hyper::Request::get("/events")
+            .header("host", addr.to_string())
+            .header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let response = sender
+            .send_request(request.body(Empty::<Bytes>::new()).unwrap())
+            .await
+            .expect("GET /events");
+        EventClient {
+            status: response.status().as_u16(),
+            body: Some(response.into_body()),
+            parser: SseParser::default(),
+            queue: VecDeque::new(),
+            ended: false,
+        }
+    }
+
+    /// The next event within `timeout`; `None` on timeout or end of stream.
+    pub async fn next(&mut self, timeout: Duration) -> Option<Received> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(received) = self.queue.pop_front() {
+                return Some(received);
+            }
+            let body = self.body.as_mut()?;
+            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+                Err(_) => return None,
+                Ok(None) | Ok(Some(Err(_))) => {
+                    self.ended = true;
+                    self.body = None;
+                    return None;
+                }
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let at = Instant::now();
+            let wall_us = leader_gate::clock::wall_micros();
+            if let Some(bytes) = frame.data_ref() {
+                for message in self.parser.feed(bytes) {
+                    let data = serde_json::from_str(&message.data).unwrap_or(Value::Null);
+                    self.queue.push_back(Received {
+                        message,
+                        data,
+                        at,
+                        wall_us,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The next event of kind `kind`, skipping others.
+    pub async fn next_of(&mut self, kind: &str, timeout: Duration) -> Option<Received> {
+        let deadline = Instant::now() + timeout;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            let received = self.next(left).await?;
+            if received.kind() == kind {
+                return Some(received);
+            }
+        }
+        None
+    }
+
+    /// Every event until `quiet` passes without one (or the stream ends).
+    pub async fn drain(&mut self, quiet: Duration) -> Vec<Received> {
+        let mut all = Vec::new();
+        while let Some(received) = self.next(quiet).await {
+            all.push(received);
+        }
+        all
+    }
+
+    /// Waits for the end of the stream, collecting what comes before it.
+    pub async fn until_end(&mut self, timeout: Duration) -> Vec<Received> {
+        let deadline = Instant::now() + timeout;
+        let mut all = Vec::new();
+        while !self.ended {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            if let Some(received) = self.next(left).await {
+                all.push(received);
+            }
+        }
+        all
+    }
+}
