@@ -1,7 +1,7 @@
 //! Failover, detection and footprint, measured on real processes against the
 //! fake API server. Prints a markdown table; `docs/BENCHMARKS.md` records it.
 //!
-//!     cargo bench --bench failover            # 5 rounds per row
+//!     cargo bench --bench failover            # 5 rounds per row (about 3 minutes)
 //!     ROUNDS=9 cargo bench --bench failover
 //!
 //! Every row is the median (and min–max) over the rounds; each round starts
@@ -13,6 +13,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use support::events::EventClient;
 use support::fake_apiserver::{FakeApiServer, Verb};
 use support::sidecar::{Sidecar, Timing, test_dir};
 
@@ -32,10 +33,14 @@ struct Group {
 
 impl Group {
     async fn start(name: &str, timing: Timing, size: usize) -> Group {
+        Self::start_with(name, timing, size, &[]).await
+    }
+
+    async fn start_with(name: &str, timing: Timing, size: usize, extra: &[&str]) -> Group {
         let api = FakeApiServer::start(NAMESPACE, LEASE).await;
         let dir = test_dir(&format!("bench-{name}"));
         let sidecars: Vec<Sidecar> = (0..size)
-            .map(|i| Sidecar::spawn(&api, &dir, &format!("p{i}"), timing))
+            .map(|i| Sidecar::spawn_with(&api, &dir, &format!("p{i}"), timing, extra))
             .collect();
         for s in &sidecars {
             s.wait_serving().await;
@@ -123,6 +128,54 @@ async fn edit_to_503() -> Duration {
     }
 }
 
+/// From publication of a stopped-leading to its arrival at the last of
+/// 1,000 subscribers of the leader's /events.
+async fn fanout_latency() -> Duration {
+    let group = Group::start_with("fanout", DEFAULTS, 2, &["--max-subscribers", "1100"]).await;
+    let (leader, _) = group.leader_other_than(None, DEFAULTS.lease * 2).await;
+    let gate = group.sidecars[leader].gate;
+    let mut clients = Vec::new();
+    for _ in 0..1000 {
+        let mut client = EventClient::connect(gate, None).await;
+        assert_eq!(client.status, 200);
+        client.next(Duration::from_secs(5)).await.expect("state");
+        clients.push(client);
+    }
+    let readers: Vec<_> = clients
+        .into_iter()
+        .map(|mut c| {
+            tokio::spawn(async move { c.next_of("stopped-leading", Duration::from_secs(10)).await })
+        })
+        .collect();
+    group
+        .api
+        .update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
+    let mut published = 0;
+    let mut last = 0;
+    for reader in readers {
+        let event = reader
+            .await
+            .unwrap()
+            .expect("every subscriber gets the stop");
+        published = event.data["published_at_us"].as_i64().unwrap();
+        last = last.max(event.wall_us);
+    }
+    Duration::from_micros((last - published) as u64)
+}
+
+fn raise_fd_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on this process with a valid struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max.min(8192);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+}
+
 /// RSS (KiB) of the leader and a follower after `settle`, and the requests
 /// per minute each made besides its watch.
 async fn footprint(settle: Duration) -> (u64, u64, f64, f64) {
@@ -172,15 +225,18 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    raise_fd_limit();
     runtime.block_on(async {
         let fast = Timing::FAST;
         let mut handover = Vec::new();
         let mut crash = Vec::new();
         let mut edit = Vec::new();
+        let mut fanout = Vec::new();
         for _ in 0..rounds {
             handover.push(graceful_handover().await);
             crash.push(crash_failover(fast).await);
             edit.push(edit_to_503().await);
+            fanout.push(fanout_latency().await);
         }
         let (rss_leader, rss_follower, req_leader, req_follower) =
             footprint(Duration::from_secs(30)).await;
@@ -206,6 +262,13 @@ fn main() {
             row(
                 "external holder edit → old leader answers 503 (defaults)",
                 edit
+            )
+        );
+        println!(
+            "{}",
+            row(
+                "stopped-leading published → received by the last of 1,000 /events subscribers",
+                fanout
             )
         );
         println!();

@@ -19,6 +19,7 @@ use futures::Stream;
 use serde_json::json;
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::clock::wall_micros;
 use crate::events::{Next, Start, Subscription, event_json};
 use crate::http::{AppState, leader_body};
 
@@ -99,23 +100,31 @@ impl EventStream {
                     .push_back(sse_event(&e.id, e.kind.as_str(), event_json(&e)))
             }
             Next::Lagged(missed) => {
-                self.queue.push_back(SseEvent::default().event("lagged").data(
-                    json!({"missed": missed, "note": "this stream fell behind; a fresh state follows"})
-                        .to_string(),
-                ));
-                self.subscription.resync(self.app.events.last_seq());
+                let data = json!({
+                    "missed": missed,
+                    "published_at_us": wall_micros(),
+                    "note": "this stream fell behind; a fresh state follows",
+                });
+                self.queue
+                    .push_back(SseEvent::default().event("lagged").data(data.to_string()));
+                self.app.events.resync(&mut self.subscription);
                 self.push_state(true);
             }
             Next::Closed => self.ending = true,
         }
     }
 
-    /// A `state` event with the current `/leader` body, as of the last event.
+    /// A `state` event with the current `/leader` body. Its id is a cursor:
+    /// the id of the last event the state reflects, so resuming from it
+    /// replays exactly what came after.
     fn push_state(&mut self, missed: bool) {
         let state = self.app.state.borrow().clone();
+        // Live events up to the state's own seq are already in it.
+        self.subscription.skip_to(state.seq);
         let (_, mut body) = leader_body(&self.app, &state);
         body["may_have_missed_events"] = json!(missed);
-        let id = self.app.events.id_of(self.subscription.last_seq);
+        body["published_at_us"] = json!(wall_micros());
+        let id = self.app.events.id_of(state.seq);
         self.queue.push_back(sse_event(&id, "state", body));
     }
 }

@@ -197,6 +197,14 @@ impl EventLog {
         }
     }
 
+    /// After a lag: a fresh live feed from the present, taken under the lock
+    /// so no event falls between the old position and the new one.
+    pub fn resync(&self, subscription: &mut Subscription) {
+        let inner = self.inner.lock().expect("event log lock");
+        subscription.live = self.tx.subscribe();
+        subscription.last_seq = inner.last_seq;
+    }
+
     fn seq_of(&self, id: &str) -> Option<u64> {
         let (boot, seq) = id.rsplit_once('-')?;
         (boot == self.boot_id).then(|| seq.parse().ok()).flatten()
@@ -237,10 +245,9 @@ impl Subscription {
         }
     }
 
-    /// After a lag: skip to the present.
-    pub fn resync(&mut self, last_seq: u64) {
-        self.live = self.live.resubscribe();
-        self.last_seq = last_seq;
+    /// Skips live events up to `seq`, which a `state` already reflects.
+    pub fn skip_to(&mut self, seq: u64) {
+        self.last_seq = self.last_seq.max(seq);
     }
 }
 
@@ -320,7 +327,7 @@ mod tests {
             panic!("told it lagged")
         };
         assert!(n >= 90);
-        slow.resync(log.last_seq());
+        log.resync(&mut slow);
         log.publish(stop("after"));
         let Next::Event(e) = slow.next().await else {
             panic!()

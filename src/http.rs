@@ -242,7 +242,7 @@ mod tests {
     async fn readyz_waits_for_the_api_server_and_healthz_for_a_live_loop() {
         let events = EventLog::new("me", 16, 16);
         let metrics = Arc::new(Metrics::new("ns", "demo"));
-        let (_publisher, rx) = Publisher::new("me", events, metrics);
+        let (_publisher, rx) = Publisher::new(events, metrics);
         let mut app = app(rx.borrow().clone());
         app.state = rx;
         let (status, _) = get(admin_router(app.clone()), "GET", "/readyz").await;

@@ -68,10 +68,12 @@ fn main() -> ExitCode {
         Command::Watch(WatchArgs { url, json }) => {
             return match runtime.block_on(watch_client::run(&url, json, std::io::stdout())) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
+                Err(error @ watch_client::WatchError::InvalidUrl(_)) => {
                     eprintln!("leader-gate: {error}");
                     ExitCode::from(EX_USAGE)
                 }
+                // The output closed (e.g. the reader of a pipe exited).
+                Err(_) => ExitCode::SUCCESS,
             };
         }
     };
@@ -140,7 +142,7 @@ async fn serve(config: ServeConfig) -> ExitCode {
     );
     let events = EventLog::new(&config.identity, EVENT_HISTORY, EVENT_BUFFER);
     let metrics = Arc::new(Metrics::new(&namespace, &config.lease_name));
-    let (publisher, state) = Publisher::new(&config.identity, events.clone(), metrics.clone());
+    let (publisher, state) = Publisher::new(events.clone(), metrics.clone());
     let heartbeat = Heartbeat::new();
     let stop_election = CancellationToken::new();
     let stop_serving = CancellationToken::new();
@@ -192,11 +194,13 @@ async fn serve(config: ServeConfig) -> ExitCode {
     });
     let deadline = tokio::time::Instant::now() + config.shutdown.timeout;
     stop_election.cancel();
-    // The driver bounds its own hand-over by the shutdown timeout.
-    let _ = tokio::time::timeout_at(deadline, driver).await;
+    // The driver bounds its own hand-over by the shutdown timeout (counted
+    // from a moment later than ours: allow a grace), and only then do the
+    // event streams end, after the hand-over's events.
+    let _ = tokio::time::timeout_at(deadline + SERVER_GRACE, driver).await;
     stop_serving.cancel();
     for server in servers {
-        let _ = tokio::time::timeout_at(deadline + SERVER_GRACE, server).await;
+        let _ = tokio::time::timeout_at(deadline + 2 * SERVER_GRACE, server).await;
     }
     tracing::info!("stopped");
     ExitCode::SUCCESS

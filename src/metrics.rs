@@ -135,7 +135,8 @@ impl Metrics {
             .inc();
     }
 
-    /// A renew succeeded: it was sent `latency` before its answer arrived.
+    /// A renew (or the acquisition, a term's first renew) succeeded: it was
+    /// sent `latency` before its answer arrived.
     pub fn renewed(&self, sent: BootInstant, latency: Duration) {
         self.renew_latency.observe(latency.as_secs_f64());
         *self.last_renew.lock().expect("metrics lock") = Some(sent);
@@ -151,7 +152,10 @@ impl Metrics {
         let labels = TransitionLabels {
             lease: self.lease.clone(),
             direction,
-            reason: event.reason.unwrap_or("acquired"),
+            reason: match event.kind {
+                EventKind::StartedLeading => "acquired",
+                _ => event.reason.unwrap_or("unknown"),
+            },
         };
         self.transitions.get_or_create(&labels).inc();
     }

@@ -91,14 +91,12 @@ pub struct Publisher {
     tx: watch::Sender<LeaderState>,
     events: Arc<EventLog>,
     metrics: Arc<Metrics>,
-    identity: String,
 }
 
 // === impl Publisher ===
 
 impl Publisher {
     pub fn new(
-        identity: &str,
         events: Arc<EventLog>,
         metrics: Arc<Metrics>,
     ) -> (Self, watch::Receiver<LeaderState>) {
@@ -107,7 +105,6 @@ impl Publisher {
             tx,
             events,
             metrics,
-            identity: identity.to_owned(),
         };
         (publisher, rx)
     }
@@ -168,12 +165,14 @@ impl Publisher {
             out.push(Transition {
                 kind: EventKind::StoppedLeading,
                 term: state.term.clone(),
-                reason: snapshot.last_stop.map(|r| r.as_str()),
+                // A stop always has a reason; the machine records one first.
+                reason: Some(snapshot.last_stop.map_or("unknown", |r| r.as_str())),
                 holder: None,
             });
         }
-        // Who leads, for followers' subscribers; our own start says it for us.
-        if state.holder != snapshot.holder && snapshot.holder.as_deref() != Some(&self.identity) {
+        // Who leads, for followers' subscribers; our own start says it for us
+        // (a record naming us while we do not lead is news, though).
+        if state.holder != snapshot.holder && !snapshot.leading {
             out.push(Transition {
                 kind: EventKind::NewLeader,
                 term: None,
@@ -227,5 +226,43 @@ impl Heartbeat {
             .as_millis()
             .saturating_sub(self.last_beat_ms.load(Ordering::Relaxed));
         !self.ended.load(Ordering::Relaxed) && silence <= max_silence.as_millis() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(leading: bool, holder: Option<&str>) -> Snapshot {
+        Snapshot {
+            leading,
+            term: None,
+            holder: holder.map(str::to_owned),
+            deadline: None,
+            last_stop: None,
+            observed: true,
+        }
+    }
+
+    #[test]
+    fn a_record_naming_us_while_we_do_not_lead_is_announced() {
+        let events = EventLog::new("me", 8, 8);
+        let metrics = Arc::new(Metrics::new("ns", "l"));
+        let (publisher, _rx) = Publisher::new(events.clone(), metrics);
+        let mut sub = events.subscribe(None);
+        publisher.publish(&snapshot(false, Some("other")));
+        publisher.publish(&snapshot(false, Some("me")));
+        let holders: Vec<_> = std::iter::from_fn(|| match sub.try_next() {
+            Some(crate::events::Next::Event(e)) => Some((e.kind, e.holder.clone())),
+            _ => None,
+        })
+        .collect();
+        assert_eq!(
+            holders,
+            [
+                (EventKind::NewLeader, Some("other".to_owned())),
+                (EventKind::NewLeader, Some("me".to_owned())),
+            ]
+        );
     }
 }

@@ -71,44 +71,70 @@ impl SseParser {
     }
 }
 
-/// Subscribes to `url` forever, printing each event to `out`.
-pub async fn run(url: &str, json: bool, mut out: impl Write) -> Result<(), String> {
-    let uri: Uri = url
-        .parse()
-        .map_err(|e| format!("invalid --url {url:?}: {e}"))?;
+/// Reconnect when not even a keep-alive arrived for this long (three of the
+/// server's default 15 s keep-alive intervals).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(45);
+
+/// Why a subscription ended.
+enum Ended {
+    /// The connection failed or went quiet: reconnect.
+    Connection(String),
+    /// Our own output is gone (a closed pipe): stop.
+    Output(std::io::Error),
+}
+
+/// Why `watch` stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("invalid --url {0:?}: must be http://HOST:PORT/PATH")]
+    InvalidUrl(String),
+    /// Our output is gone (the reader of a pipe exited): nothing to do.
+    #[error("cannot write events: {0}")]
+    OutputClosed(std::io::Error),
+}
+
+/// Subscribes to `url` until the output closes, printing each event to
+/// `out`; reconnects (with `Last-Event-ID`) after anything else.
+pub async fn run(url: &str, json: bool, mut out: impl Write) -> Result<(), WatchError> {
+    let invalid = || WatchError::InvalidUrl(url.to_owned());
+    let uri: Uri = url.parse().map_err(|_| invalid())?;
     if uri.scheme_str() != Some("http") || uri.host().is_none() {
-        return Err(format!(
-            "invalid --url {url:?}: must be http://HOST:PORT/PATH"
-        ));
+        return Err(invalid());
     }
     let mut last_id: Option<String> = None;
-    let mut backoff = Duration::from_millis(250);
+    let mut backoff = Duration::ZERO;
     loop {
-        match subscribe(&uri, json, &mut out, &mut last_id).await {
-            Ok(()) => eprintln!("leader-gate watch: stream ended; reconnecting"),
-            Err(error) => eprintln!("leader-gate watch: {error}; reconnecting in {backoff:?}"),
+        match subscribe(&uri, json, &mut out, &mut last_id, &mut backoff).await {
+            Ended::Output(error) => return Err(WatchError::OutputClosed(error)),
+            Ended::Connection(why) => eprintln!("leader-gate watch: {why}; reconnecting"),
         }
+        backoff = (backoff * 2).clamp(Duration::from_millis(250), Duration::from_secs(5));
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 
-/// One connection: resumes after `last_id` and keeps it up to date.
+/// One connection: resumes after `last_id` and keeps it up to date; resets
+/// `backoff` once the server accepted the subscription.
 async fn subscribe(
     uri: &Uri,
     json: bool,
     out: &mut impl Write,
     last_id: &mut Option<String>,
-) -> Result<(), String> {
+    backoff: &mut Duration,
+) -> Ended {
     let host = uri.host().unwrap_or("127.0.0.1");
     let port = uri.port_u16().unwrap_or(80);
-    let stream = TcpStream::connect((host, port))
-        .await
-        .map_err(|e| format!("cannot connect to {host}:{port}: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(connection);
+    let connection = |e: &dyn std::fmt::Display| Ended::Connection(e.to_string());
+    let stream = match TcpStream::connect((host, port)).await {
+        Ok(stream) => stream,
+        Err(e) => return Ended::Connection(format!("cannot connect to {host}:{port}: {e}")),
+    };
+    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+    {
+        Ok(pair) => pair,
+        Err(e) => return connection(&e),
+    };
+    tokio::spawn(conn);
     let path = uri.path_and_query().map_or("/events", |p| p.as_str());
     let mut request = hyper::Request::get(path)
         .header("host", format!("{host}:{port}"))
@@ -116,20 +142,27 @@ async fn subscribe(
     if let Some(id) = last_id.as_deref() {
         request = request.header("last-event-id", id);
     }
-    let request = request
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
+    let request = match request.body(Empty::<Bytes>::new()) {
+        Ok(request) => request,
+        Err(e) => return connection(&e),
+    };
+    let response = match sender.send_request(request).await {
+        Ok(response) => response,
+        Err(e) => return connection(&e),
+    };
     if !response.status().is_success() {
-        return Err(format!("the server answered {}", response.status()));
+        return Ended::Connection(format!("the server answered {}", response.status()));
     }
+    *backoff = Duration::ZERO;
     let mut body = response.into_body();
     let mut parser = SseParser::default();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| e.to_string())?;
+    loop {
+        let frame = match tokio::time::timeout(IDLE_TIMEOUT, body.frame()).await {
+            Err(_) => return Ended::Connection(format!("nothing received for {IDLE_TIMEOUT:?}")),
+            Ok(None) => return Ended::Connection("the stream ended".into()),
+            Ok(Some(Err(e))) => return connection(&e),
+            Ok(Some(Ok(frame))) => frame,
+        };
         let Some(bytes) = frame.data_ref() else {
             continue;
         };
@@ -142,11 +175,11 @@ async fn subscribe(
             } else {
                 human_line(&message)
             };
-            writeln!(out, "{line}").map_err(|e| e.to_string())?;
-            out.flush().map_err(|e| e.to_string())?;
+            if let Err(error) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+                return Ended::Output(error);
+            }
         }
     }
-    Ok(())
 }
 
 /// `{"id":…,"event":…,"data":{…}}`.

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::events::{EventClient, Received};
 use support::fake_apiserver::{FakeApiServer, Fault, FaultKind, Verb};
+use support::proxy::Proxy;
 use support::sidecar::{Sidecar, Timing, get, test_dir};
 
 const LEASE: &str = "cluster-metrics";
@@ -368,4 +369,86 @@ async fn metrics_parse_and_follow_the_leadership() {
         1.0
     );
     assert!(m[r#"leader_gate_api_requests_total{verb="update",outcome="forbidden"}"#] >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_gate_watch_prints_every_event_once_across_a_disconnect() {
+    let timing = Timing::FAST;
+    let mut w = Watched::start("events-watch", &["a", "b"], timing).await;
+    let (leader, _) = w.leader(timing.lease * 2).await;
+    let follower = if leader == "a" { "b" } else { "a" };
+    let proxy = Proxy::start(w.sidecar(follower).gate).await;
+    let out = test_dir("events-watch-out").join("watch.jsonl");
+    let mut watch = std::process::Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args([
+            "watch",
+            "--json",
+            "--url",
+            &format!("http://{}/events", proxy.addr),
+        ])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(out.with_extension("err")).unwrap())
+        .spawn()
+        .unwrap();
+    let lines = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+            .collect()
+    };
+    let deadline = Instant::now() + SECOND * 5;
+    while lines().is_empty() {
+        assert!(Instant::now() < deadline, "watch printed nothing");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Cut the connection; meanwhile the leader loses and someone takes over.
+    proxy.cut();
+    w.api
+        .update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
+    w.expect(&leader, "stopped-leading", SECOND * 2, |_| true)
+        .await;
+    tokio::time::sleep(timing.lease + SECOND * 2).await;
+    proxy.up();
+    tokio::time::sleep(SECOND * 7).await; // its reconnect backoff
+
+    let printed = lines();
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let more = w
+        .streams
+        .get_mut(follower)
+        .unwrap()
+        .drain(Duration::from_millis(200))
+        .await;
+    w.seen.entry(follower.into()).or_default().extend(more);
+    let reference: Vec<String> = w.seen[follower]
+        .iter()
+        .filter_map(|e| e.message.id.clone())
+        .collect();
+    let stderr = std::fs::read_to_string(out.with_extension("err")).unwrap();
+    assert!(
+        stderr.contains("reconnecting"),
+        "the stream was cut: {stderr}"
+    );
+    let states = printed.iter().filter(|l| l["event"] == "state").count();
+    assert_eq!(
+        states, 1,
+        "resumed with Last-Event-ID, no second state: {printed:#?}"
+    );
+    // Everything the reference saw after the state the watch began with.
+    let seq = |id: &str| id.rsplit_once('-').unwrap().1.parse::<u64>().unwrap();
+    let first = printed[0]["id"].as_str().unwrap();
+    let expected: Vec<String> = reference
+        .iter()
+        .filter(|id| seq(id) > seq(first))
+        .cloned()
+        .collect();
+    let ids: Vec<String> = printed[1..]
+        .iter()
+        .map(|l| l["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!ids.is_empty(), "events after the reconnect were printed");
+    assert_eq!(ids, expected, "every event once, in order");
 }

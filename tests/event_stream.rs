@@ -29,7 +29,7 @@ struct Served {
 async fn serve(max_subscribers: usize, keep_alive: Duration) -> Served {
     let events = EventLog::new("me", 1024, 256);
     let metrics = Arc::new(Metrics::new("ns", "demo"));
-    let (publisher, state) = Publisher::new("me", events.clone(), metrics.clone());
+    let (publisher, state) = Publisher::new(events.clone(), metrics.clone());
     std::mem::forget(publisher); // keeps the state channel open
     let stop = CancellationToken::new();
     let app = AppState {
@@ -142,7 +142,14 @@ async fn resuming_with_last_event_id_replays_exactly_the_missed_events_first() {
     let state = bogus.next(SECOND).await.unwrap();
     assert_eq!(state.kind(), "state");
     assert_eq!(state.data["may_have_missed_events"], true);
-    assert_eq!(state.message.id, Some(served.events.id_of(8)));
+    // A state's id is a cursor: the last event it reflects. Here events were
+    // published straight into the log, so the state reflects none of them,
+    // and resuming from it replays all eight.
+    let cursor = state.message.id.clone().unwrap();
+    assert_eq!(cursor, served.events.id_of(0));
+    let mut from_state = EventClient::connect(served.addr, Some(&cursor)).await;
+    let replayed = from_state.drain(Duration::from_millis(300)).await;
+    assert_eq!(replayed.len(), 8);
 }
 
 fn raise_fd_limit(wanted: u64) {
@@ -207,7 +214,7 @@ async fn a_thousand_subscribers_receive_the_same_sequence() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_subscriber_delays_neither_publishing_nor_others() {
+async fn a_stalled_subscriber_delays_no_other_subscriber_and_is_told_it_lagged() {
     let served = serve(8, Duration::from_secs(15)).await;
     // A subscriber that never reads, with a tiny receive buffer: once its
     // socket buffers are full, every write to it would block.
@@ -223,8 +230,6 @@ async fn a_stalled_subscriber_delays_neither_publishing_nor_others() {
 
     // 3,000 events of about 2.3 kB (a long term id): 7 MB, more than the
     // socket buffers hold (the kernel grows a send buffer up to 4 MB).
-    let started = Instant::now();
-    let mut slowest_publish = Duration::ZERO;
     let reader = tokio::spawn(async move {
         let mut got = Vec::new();
         while let Some(event) = healthy.next(SECOND * 5).await {
@@ -241,23 +246,16 @@ async fn a_stalled_subscriber_delays_neither_publishing_nor_others() {
         for i in 0..50 {
             let mut big = transition(batch * 50 + i);
             big.term = Some(format!("{}-{padding}", big.term.unwrap()));
-            let begin = Instant::now();
             last = Some(served.events.publish(big));
-            slowest_publish = slowest_publish.max(begin.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let publishing = started.elapsed();
     let got = reader.await.unwrap();
     assert_eq!(got.len(), 3000, "the healthy subscriber got every event");
     let lag = got.last().unwrap().wall_us - last.unwrap().published_at_us;
-    // Generous bounds that only a publisher waiting on the stalled socket
-    // would exceed (it would never finish).
-    assert!(
-        slowest_publish < Duration::from_millis(100),
-        "{slowest_publish:?}"
-    );
-    assert!(publishing < Duration::from_secs(10), "{publishing:?}");
+    // Publishing is synchronous and never touches a socket; what a stalled
+    // subscriber could delay is the others' delivery. A generous bound that
+    // only delivery waiting on the stalled socket would exceed:
     assert!(
         lag < 2_000_000,
         "the healthy subscriber trailed by {lag} µs"

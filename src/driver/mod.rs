@@ -169,7 +169,8 @@ impl Driver {
     }
 
     fn send(&self, write: Write) -> BoxFuture<'static, Input> {
-        let renew = write.purpose == Purpose::Renew;
+        // An acquisition is the first renew of a term.
+        let renew = matches!(write.purpose, Purpose::Renew | Purpose::Acquire);
         let (verb, request) = match write.op {
             WriteOp::Create(object) => ("create", self.store.create(*object)),
             WriteOp::Replace(object) => ("update", self.store.replace(*object)),

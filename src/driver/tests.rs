@@ -176,7 +176,7 @@ impl Candidate {
         };
         let events = crate::events::EventLog::new(&client.name, 64, 64);
         let metrics = Arc::new(crate::metrics::Metrics::new("ns", "demo"));
-        let (publisher, mut rx) = Publisher::new(&client.name, events, metrics);
+        let (publisher, mut rx) = Publisher::new(events, metrics);
         let flips = Arc::new(Mutex::new(Vec::new()));
         let recorded = flips.clone();
         tokio::spawn(async move {

@@ -5,4 +5,5 @@
 pub mod events;
 pub mod fake_apiserver;
 pub mod monitor;
+pub mod proxy;
 pub mod sidecar;
