@@ -163,19 +163,6 @@ async fn fanout_latency() -> Duration {
     Duration::from_micros((last - published) as u64)
 }
 
-fn raise_fd_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit on this process with a valid struct.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
-        limit.rlim_cur = limit.rlim_max.min(8192);
-        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-    }
-}
-
 /// RSS (KiB) of the leader and a follower after `settle`, and the requests
 /// per minute each made besides its watch.
 async fn footprint(settle: Duration) -> (u64, u64, f64, f64) {
@@ -225,7 +212,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    raise_fd_limit();
+    support::raise_fd_limit(8192);
     runtime.block_on(async {
         let fast = Timing::FAST;
         let mut handover = Vec::new();

@@ -152,22 +152,9 @@ async fn resuming_with_last_event_id_replays_exactly_the_missed_events_first() {
     assert_eq!(replayed.len(), 8);
 }
 
-fn raise_fd_limit(wanted: u64) {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: plain getrlimit/setrlimit on this process with a valid struct.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
-        limit.rlim_cur = limit.rlim_max.min(wanted);
-        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_subscribers_receive_the_same_sequence() {
-    raise_fd_limit(8192);
+    support::raise_fd_limit(8192);
     let served = serve(1100, Duration::from_secs(15)).await;
     let mut clients = Vec::new();
     for _ in 0..1000 {

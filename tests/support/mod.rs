@@ -7,3 +7,18 @@ pub mod fake_apiserver;
 pub mod monitor;
 pub mod proxy;
 pub mod sidecar;
+
+/// Raises this process's open-file limit to `wanted` (or the hard limit), for
+/// tests and benchmarks that open a thousand connections.
+pub fn raise_fd_limit(wanted: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain getrlimit/setrlimit on this process with a valid struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max.min(wanted);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+}
