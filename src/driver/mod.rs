@@ -98,7 +98,7 @@ impl Driver {
                         Input::Observed(lease)
                     }
                     Some(Err(ApiError::Unauthorized)) => {
-                        self.store.reload_credentials().await;
+                        self.reload_credentials().await;
                         restarts += 1;
                         watch = self.restart_watch(restarts);
                         continue;
@@ -117,6 +117,23 @@ impl Driver {
                 () = sleep_until(wake) => Input::Tick,
             };
             self.step(input).await;
+        }
+    }
+
+    /// Re-reads credentials, bounded by a retry period: an exec plugin that
+    /// hangs must not stall the loop (its deadlines, its shutdown).
+    fn reload_credentials(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (store, limit) = (self.store.clone(), self.election.settings().retry_period);
+        async move {
+            if tokio::time::timeout(limit, store.reload_credentials())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    ?limit,
+                    "reloading API credentials took too long; using the old ones"
+                );
+            }
         }
     }
 
@@ -157,7 +174,7 @@ impl Driver {
                         Input::Read(result)
                     }));
                 }
-                Action::ReloadCredentials => self.store.reload_credentials().await,
+                Action::ReloadCredentials => self.reload_credentials().await,
             }
         }
     }

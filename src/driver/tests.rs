@@ -36,6 +36,7 @@ struct Client {
     hang: Arc<AtomicBool>,
     unauthorized: Arc<AtomicBool>,
     watches_started: Arc<AtomicUsize>,
+    reload_hangs: Arc<AtomicBool>,
 }
 
 impl Memory {
@@ -54,6 +55,7 @@ impl Memory {
             hang: Arc::default(),
             unauthorized: Arc::default(),
             watches_started: Arc::default(),
+            reload_hangs: Arc::default(),
         }
     }
 
@@ -149,7 +151,13 @@ impl LeaseStore for Client {
     }
 
     fn reload_credentials(&self) -> BoxFuture<'static, ()> {
-        async {}.boxed()
+        let hangs = self.reload_hangs.load(Ordering::SeqCst);
+        async move {
+            if hangs {
+                std::future::pending::<()>().await;
+            }
+        }
+        .boxed()
     }
 }
 
@@ -341,4 +349,23 @@ async fn a_watch_refused_with_401_is_restarted_with_backoff_not_in_a_loop() {
     // 1, 2, 4, 8, 16, 30 s (+ jitter): about seven in a minute, not thousands.
     let n = started.load(Ordering::SeqCst);
     assert!((3..=9).contains(&n), "{n} watches in a minute");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_credential_reload_stalls_neither_the_loop_nor_shutdown() {
+    let memory = Memory::new();
+    let a = memory.client("a");
+    a.unauthorized.store(true, Ordering::SeqCst);
+    a.reload_hangs.store(true, Ordering::SeqCst);
+    let started = a.watches_started.clone();
+    let mut candidate = Candidate::start(a);
+    sleep(Duration::from_secs(30)).await;
+    assert!(
+        started.load(Ordering::SeqCst) >= 2,
+        "the watch was restarted after the reload gave up"
+    );
+    let signalled = Instant::now();
+    candidate.stop.cancel();
+    (&mut candidate.task).await.unwrap();
+    assert!(Instant::now() - signalled <= Duration::from_secs(7));
 }
