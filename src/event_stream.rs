@@ -33,7 +33,7 @@ pub async fn events(State(app): State<AppState>, headers: HeaderMap) -> Response
             .into_response();
     };
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
-    let subscription = app.events.subscribe(last_event_id);
+    let (start, subscription) = app.events.subscribe(last_event_id);
     let mut stream = EventStream {
         queue: VecDeque::new(),
         app: app.clone(),
@@ -41,10 +41,7 @@ pub async fn events(State(app): State<AppState>, headers: HeaderMap) -> Response
         _slot: Slot::new(permit, app.clone()),
         subscription,
     };
-    match std::mem::replace(
-        &mut stream.subscription.start,
-        Start::Fresh { missed: false },
-    ) {
+    match start {
         Start::Resume(missed) => stream.queue.extend(
             missed
                 .iter()

@@ -77,9 +77,8 @@ pub enum Start {
     Fresh { missed: bool },
 }
 
-/// A subscriber's position: where it starts and its live feed.
+/// A subscriber's live feed and position.
 pub struct Subscription {
-    pub start: Start,
     pub live: broadcast::Receiver<Arc<Event>>,
     /// The seq of the last event the subscriber has (or is about to replay).
     pub last_seq: u64,
@@ -161,40 +160,31 @@ impl EventLog {
     }
 
     /// Subscribes after the event `last_event_id`, if given.
-    pub fn subscribe(&self, last_event_id: Option<&str>) -> Subscription {
+    pub fn subscribe(&self, last_event_id: Option<&str>) -> (Start, Subscription) {
         let inner = self.inner.lock().expect("event log lock");
-        let live = self.tx.subscribe();
-        let Some(id) = last_event_id else {
-            return Subscription {
-                start: Start::Fresh { missed: false },
-                live,
-                last_seq: inner.last_seq,
-            };
+        let subscription = Subscription {
+            live: self.tx.subscribe(),
+            last_seq: inner.last_seq,
         };
-        let known = self.seq_of(id).filter(|seq| {
+        let start = match last_event_id.map(|id| self.seq_of(id)) {
+            None => Start::Fresh { missed: false },
             // Resumable if we still hold every event after it.
-            let oldest = inner.history.front().map_or(inner.last_seq + 1, |e| e.seq);
-            *seq <= inner.last_seq && *seq + 1 >= oldest
-        });
-        match known {
-            Some(seq) => Subscription {
-                start: Start::Resume(
+            Some(Some(seq))
+                if seq <= inner.last_seq
+                    && seq + 1 >= inner.history.front().map_or(inner.last_seq + 1, |e| e.seq) =>
+            {
+                Start::Resume(
                     inner
                         .history
                         .iter()
                         .filter(|e| e.seq > seq)
                         .cloned()
                         .collect(),
-                ),
-                live,
-                last_seq: inner.last_seq,
-            },
-            None => Subscription {
-                start: Start::Fresh { missed: true },
-                live,
-                last_seq: inner.last_seq,
-            },
-        }
+                )
+            }
+            Some(_) => Start::Fresh { missed: true },
+        };
+        (start, subscription)
     }
 
     /// After a lag: a fresh live feed from the present, taken under the lock
@@ -275,8 +265,8 @@ mod tests {
         let first = log.publish(stop("t1"));
         log.publish(stop("t2"));
         log.publish(stop("t3"));
-        let mut sub = log.subscribe(Some(&first.id));
-        let Start::Resume(missed) = &sub.start else {
+        let (start, mut sub) = log.subscribe(Some(&first.id));
+        let Start::Resume(missed) = &start else {
             panic!("resumes")
         };
         let terms: Vec<_> = missed.iter().map(|e| e.term.clone().unwrap()).collect();
@@ -300,26 +290,24 @@ mod tests {
         log.publish(stop("t3"));
         log.publish(stop("t4"));
         // t3 and t4 are kept: after t2 nothing is missing, after t1 t2 is.
-        assert!(
-            matches!(log.subscribe(Some(&second.id)).start, Start::Resume(ref v) if v.len() == 2)
-        );
+        assert!(matches!(log.subscribe(Some(&second.id)).0, Start::Resume(ref v) if v.len() == 2));
         for id in [first.id.as_str(), "bogus", "deadbeef-2", &log.id_of(99)] {
-            let sub = log.subscribe(Some(id));
-            assert!(matches!(sub.start, Start::Fresh { missed: true }), "{id}");
+            let (start, _) = log.subscribe(Some(id));
+            assert!(matches!(start, Start::Fresh { missed: true }), "{id}");
         }
         assert!(matches!(
-            log.subscribe(None).start,
+            log.subscribe(None).0,
             Start::Fresh { missed: false }
         ));
         // The newest id is resumable: nothing missed.
         let latest = log.id_of(log.last_seq());
-        assert!(matches!(log.subscribe(Some(&latest)).start, Start::Resume(ref v) if v.is_empty()));
+        assert!(matches!(log.subscribe(Some(&latest)).0, Start::Resume(ref v) if v.is_empty()));
     }
 
     #[tokio::test]
     async fn a_subscriber_that_falls_behind_is_told_and_publishing_never_waits() {
         let log = EventLog::new("me", 8, 4);
-        let mut slow = log.subscribe(None);
+        let (_, mut slow) = log.subscribe(None);
         for i in 0..100 {
             log.publish(stop(&format!("t{i}")));
         }

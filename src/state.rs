@@ -249,7 +249,7 @@ mod tests {
         let events = EventLog::new("me", 8, 8);
         let metrics = Arc::new(Metrics::new("ns", "l"));
         let (publisher, _rx) = Publisher::new(events.clone(), metrics);
-        let mut sub = events.subscribe(None);
+        let (_, mut sub) = events.subscribe(None);
         publisher.publish(&snapshot(false, Some("other")));
         publisher.publish(&snapshot(false, Some("me")));
         let holders: Vec<_> = std::iter::from_fn(|| match sub.try_next() {

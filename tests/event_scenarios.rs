@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::events::{EventClient, Received};
+use support::events::{EventClient, Received, seq_of};
 use support::fake_apiserver::{FakeApiServer, Fault, FaultKind, Verb};
 use support::proxy::Proxy;
 use support::sidecar::{Sidecar, Timing, get, test_dir};
@@ -275,11 +275,10 @@ async fn a_resumed_subscriber_ends_up_with_exactly_the_events_of_a_connected_one
     w.seen.entry(follower.into()).or_default().extend(more);
     // The reference has been connected all along: what it saw after the
     // flaky subscriber's last id is what the resumed one must replay.
-    let seq = |id: &str| id.rsplit_once('-').unwrap().1.parse::<u64>().unwrap();
     let expected: Vec<String> = w.seen[follower]
         .iter()
         .filter_map(|e| e.message.id.clone())
-        .filter(|id| seq(id) > seq(&last_id))
+        .filter(|id| seq_of(id) > seq_of(&last_id))
         .collect();
     let got: Vec<String> = replayed
         .iter()
@@ -438,11 +437,10 @@ async fn leader_gate_watch_prints_every_event_once_across_a_disconnect() {
         "resumed with Last-Event-ID, no second state: {printed:#?}"
     );
     // Everything the reference saw after the state the watch began with.
-    let seq = |id: &str| id.rsplit_once('-').unwrap().1.parse::<u64>().unwrap();
     let first = printed[0]["id"].as_str().unwrap();
     let expected: Vec<String> = reference
         .iter()
-        .filter(|id| seq(id) > seq(first))
+        .filter(|id| seq_of(id) > seq_of(first))
         .cloned()
         .collect();
     let ids: Vec<String> = printed[1..]

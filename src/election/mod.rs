@@ -264,10 +264,6 @@ impl Election {
         &self.settings
     }
 
-    pub fn role(&self) -> &Role {
-        &self.role
-    }
-
     pub fn is_leading(&self) -> bool {
         matches!(self.role, Role::Leading { .. })
     }
@@ -278,10 +274,6 @@ impl Election {
             Role::Leading { deadline, .. } => Some(deadline),
             Role::Following => None,
         }
-    }
-
-    pub fn has_pending(&self) -> bool {
-        self.pending.is_some()
     }
 
     /// Feeds one input and returns what to do now.

@@ -137,3 +137,12 @@ impl EventClient {
         all
     }
 }
+
+/// The sequence number in an event id `<boot id>-<seq>`.
+pub fn seq_of(id: &str) -> u64 {
+    id.rsplit_once('-')
+        .expect("an event id")
+        .1
+        .parse()
+        .expect("a seq")
+}

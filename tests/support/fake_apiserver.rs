@@ -632,42 +632,6 @@ impl FakeApiServer {
         self.inner().lock().store.rv()
     }
 
-    /// Waits until `pred` holds for the Lease `name` (`None` = it does not exist) or `timeout`
-    /// passes; re-checked on every store change. Returns the Lease as it was when `pred`
-    /// held, or `Err` with the last seen state on timeout.
-    pub async fn wait_for_lease(
-        &self,
-        name: &str,
-        timeout: Duration,
-        mut pred: impl FnMut(Option<&Value>) -> bool,
-    ) -> Result<Option<Value>, Option<Value>> {
-        let mut changes = self.inner().lock().store.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            changes.borrow_and_update();
-            let cur = self.lease(name);
-            if pred(cur.as_ref()) {
-                return Ok(cur);
-            }
-            // The server notifies on its own runtime; poll too so that this works whatever
-            // updated the store.
-            let wait = tokio::time::timeout_at(deadline, async {
-                tokio::select! {
-                    _ = changes.changed() => {}
-                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-                }
-            });
-            if wait.await.is_err() {
-                let cur = self.lease(name);
-                return if pred(cur.as_ref()) {
-                    Ok(cur)
-                } else {
-                    Err(cur)
-                };
-            }
-        }
-    }
-
     // ----- faults -----
 
     /// Sets a fault for `client`: it replaces the client's fault for the verbs it covers

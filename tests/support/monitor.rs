@@ -82,17 +82,6 @@ impl Monitor {
             .find(|s| s.sent >= after && pred(s))
     }
 
-    /// The first 200 of any instance sent at or after `after`.
-    pub fn first_leading_after(&self, after: Instant) -> Option<Sample> {
-        let mut samples: Vec<_> = self
-            .samples()
-            .into_iter()
-            .filter(|s| s.sent >= after && s.leading())
-            .collect();
-        samples.sort_by_key(|s| s.received);
-        samples.into_iter().next()
-    }
-
     /// Panics with the evidence if two instances ever led at once.
     pub fn assert_no_overlap(&self) {
         assert_no_overlap(&self.samples());
