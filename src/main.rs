@@ -101,6 +101,10 @@ async fn serve(config: ServeConfig) -> ExitCode {
             return ExitCode::from(EX_OSERR);
         }
     };
+    // With port 0 the kernel picks: say what was bound.
+    if let (Ok(gate), Ok(admin)) = (gate.local_addr(), admin.local_addr()) {
+        tracing::info!(gate = %gate, admin = %admin, "listening");
+    }
     let kube_config = match lease_client::infer_config().await {
         Ok(kube_config) => kube_config,
         Err(error) => {

@@ -17,8 +17,8 @@ use support::sidecar::{Sidecar, Timing, get, test_dir};
 const LEASE: &str = "cluster-metrics";
 const SECOND: Duration = Duration::from_secs(1);
 
-/// Candidates subscribed to before the API server comes up, so each stream
-/// sees every transition from the very first.
+/// Candidates subscribed to before the API server answers them, so each
+/// stream sees every transition from the very first.
 struct Watched {
     api: FakeApiServer,
     sidecars: Vec<Sidecar>,
@@ -28,7 +28,12 @@ struct Watched {
 
 impl Watched {
     async fn start(test: &str, names: &[&str], timing: Timing) -> Watched {
-        let api = FakeApiServer::new_offline("collectors", LEASE);
+        let api = FakeApiServer::start("collectors", LEASE).await;
+        // Hold every request until all streams are subscribed (a partition
+        // that heals), so no transition happens before.
+        for name in names {
+            api.set_fault(name, Fault::all(FaultKind::Partition));
+        }
         let dir = test_dir(test);
         let sidecars: Vec<Sidecar> = names
             .iter()
@@ -42,7 +47,9 @@ impl Watched {
             assert_eq!(state.kind(), "state");
             streams.insert(sidecar.name.clone(), client);
         }
-        api.restart().await;
+        for name in names {
+            api.clear_faults(name);
+        }
         Watched {
             api,
             sidecars,

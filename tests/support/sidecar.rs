@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::fake_apiserver::{FakeApiServer, free_local_addr};
+use super::fake_apiserver::FakeApiServer;
 
 /// Election timing for one test, as flags.
 #[derive(Clone, Copy, Debug)]
@@ -86,15 +86,16 @@ impl Sidecar {
         extra: &[&str],
     ) -> Sidecar {
         let kubeconfig = api.write_kubeconfig(name, dir);
-        let (gate, admin) = (free_local_addr(), free_local_addr());
         let log = dir.join(format!("{name}.log"));
         let log_file = std::fs::File::create(&log).expect("create log file");
         let child = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
             .arg("serve")
             .args(["--lease-name", api.lease_name()])
             .args(["--identity", name])
-            .args(["--listen", &gate.to_string()])
-            .args(["--admin-listen", &admin.to_string()])
+            // Port 0: the kernel picks free ports, which the process logs;
+            // reserving ports here first would race other tests for them.
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--admin-listen", "127.0.0.1:0"])
             .args(timing.args())
             .args(extra)
             .env("KUBECONFIG", &kubeconfig)
@@ -106,6 +107,7 @@ impl Sidecar {
             .stderr(log_file)
             .spawn()
             .expect("spawn leader-gate");
+        let (gate, admin) = bound_addresses(&log, name);
         Sidecar {
             name: name.into(),
             gate,
@@ -203,6 +205,25 @@ impl Drop for Sidecar {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The addresses a starting process logged in its `listening` line.
+fn bound_addresses(log: &Path, name: &str) -> (SocketAddr, SocketAddr) {
+    let field = |line: &str, key: &str| -> Option<SocketAddr> {
+        let rest = &line[line.find(key)? + key.len()..];
+        rest.split_whitespace().next()?.parse().ok()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains(" listening ")) {
+            let gate = field(line, "gate=").expect("gate address in the listening line");
+            let admin = field(line, "admin=").expect("admin address in the listening line");
+            return (gate, admin);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{name} never logged its listening addresses");
 }
 
 /// One plain HTTP/1.1 GET; `None` when nothing answers within a second.
