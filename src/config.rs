@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+use crate::client::file_gate::Mapping;
+use crate::client::url::{DEFAULT_URL, GateUrl};
 use crate::driver::ShutdownOptions;
 
 /// leader-gate: contends for a Kubernetes Lease and tells the collector next
@@ -26,21 +28,75 @@ pub enum Command {
     Serve(ServeArgs),
     /// Subscribe to a sidecar's /events and print one line per event.
     Watch(WatchArgs),
+    /// Run COMMAND only while this pod leads; stop it when leadership ends.
+    Exec(ExecArgs),
+    /// Keep copies of files at DST only while this pod leads.
+    FileGate(FileGateArgs),
+    /// Print whether this pod leads: exit 0 leading, 1 not, 2 no valid answer.
+    Status(ClientArgs),
+    /// Wait until this pod leads: exit 0 then, 1 on --timeout.
+    Wait(WaitArgs),
+}
+
+/// What every client takes: the sidecar's gate listener.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// The sidecar's gate listener (a trailing /events or /leader is accepted).
+    #[arg(long, env = "LEADER_GATE_URL", default_value = DEFAULT_URL, value_parser = GateUrl::parse)]
+    pub url: GateUrl,
 }
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
-    /// The event stream to follow.
-    #[arg(
-        long,
-        env = "LEADER_GATE_WATCH_URL",
-        default_value = "http://127.0.0.1:4040/events"
-    )]
-    pub url: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
 
     /// One JSON object per line instead of human-readable lines.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+
+    /// Time between SIGTERM and SIGKILL when the command must stop; keep it
+    /// within the margin (--lease-duration - --renew-deadline of the sidecar).
+    #[arg(long, env = "LEADER_GATE_GRACE", default_value = "10s", value_parser = parse_duration)]
+    pub grace: Duration,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct FileGateArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+
+    /// POST here after every change (e.g. http://127.0.0.1:9090/-/reload).
+    #[arg(long, env = "LEADER_GATE_RELOAD_URL", value_parser = GateUrl::parse_exact)]
+    pub reload_url: Option<GateUrl>,
+
+    /// File mode of the copies, in octal.
+    #[arg(long, default_value = "0644", value_parser = parse_mode)]
+    pub mode: u32,
+
+    /// SRC:DST pairs: DST holds a copy of SRC only while this pod leads.
+    #[arg(required = true, value_name = "SRC:DST", value_parser = Mapping::parse)]
+    pub mappings: Vec<Mapping>,
+}
+
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+
+    /// Give up after this long (exit 1) [default: wait for ever].
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -301,6 +357,14 @@ fn is_dns1123_label(s: &str) -> bool {
 
 fn is_dns1123_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// Parses an octal file mode such as `0644` or `640`.
+pub fn parse_mode(text: &str) -> Result<u32, String> {
+    u32::from_str_radix(text.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|mode| *mode <= 0o777)
+        .ok_or_else(|| format!("{text:?} is not an octal file mode like 0644"))
 }
 
 /// Parses `15s`, `1500ms`, `2m`, `1m30s`, `0.5s`; a bare number is seconds.

@@ -7,9 +7,17 @@
 //! (it is not disconnected). Streams end on shutdown after the events already
 //! published (a final `stopped-leading` with reason `shutdown` among them).
 //! At most `max_subscribers` streams are open; beyond that, 503.
+//!
+//! Validity, so a subscriber fails closed when this process dies: `state`,
+//! `started-leading` and `renewed` carry `valid_for_ms`, judged when the event
+//! is written to the stream. While leading, a `renewed` event (no `id:`, not
+//! in the history) follows every successful renew, and one follows a resumed
+//! replay. A subscriber's leadership is valid until *receive time +
+//! valid_for_ms* of the latest of these, and ends at once on `stopped-leading`.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -17,11 +25,13 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use serde_json::json;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::time::Instant;
 
 use crate::clock::wall_micros;
-use crate::events::{Next, Start, Subscription, event_json};
+use crate::events::{Event, EventKind, Next, Start, Subscription, event_json};
 use crate::http::{AppState, leader_body};
+use crate::state::LeaderState;
 
 /// The handler of `GET /events`.
 pub async fn events(State(app): State<AppState>, headers: HeaderMap) -> Response {
@@ -36,17 +46,22 @@ pub async fn events(State(app): State<AppState>, headers: HeaderMap) -> Response
     let (start, subscription) = app.events.subscribe(last_event_id);
     let mut stream = EventStream {
         queue: VecDeque::new(),
+        state: app.state.clone(),
+        told: None,
         app: app.clone(),
         ending: false,
         _slot: Slot::new(permit, app.clone()),
         subscription,
     };
+    stream.state.mark_unchanged();
     match start {
-        Start::Resume(missed) => stream.queue.extend(
-            missed
-                .iter()
-                .map(|e| sse_event(&e.id, e.kind.as_str(), event_json(e))),
-        ),
+        Start::Resume(missed) => {
+            for event in &missed {
+                stream.push_event(event);
+            }
+            // The subscriber may have lost its validity while away.
+            stream.push_renewed();
+        }
         Start::Fresh { missed } => stream.push_state(missed),
     }
     let keep_alive = KeepAlive::new().interval(app.keep_alive).text("keep-alive");
@@ -58,6 +73,10 @@ pub async fn events(State(app): State<AppState>, headers: HeaderMap) -> Response
 /// One subscriber's stream.
 struct EventStream {
     subscription: Subscription,
+    /// The published state, to see renews (they are not transitions).
+    state: watch::Receiver<LeaderState>,
+    /// The term and deadline whose validity this subscriber was last told.
+    told: Option<(String, Option<Instant>)>,
     queue: VecDeque<SseEvent>,
     app: AppState,
     ending: bool,
@@ -78,6 +97,9 @@ impl EventStream {
                 tokio::select! {
                     biased;
                     next = this.subscription.next() => this.push(next),
+                    // Transitions come first (biased): a renew is told only
+                    // for a term the subscriber already knows to be current.
+                    Ok(()) = this.state.changed() => this.push_renewed(),
                     () = shutdown.cancelled() => {
                         // Deliver what was published before the end, then end.
                         while let Some(next) = this.subscription.try_next() {
@@ -92,10 +114,7 @@ impl EventStream {
 
     fn push(&mut self, next: Next) {
         match next {
-            Next::Event(e) => {
-                self.queue
-                    .push_back(sse_event(&e.id, e.kind.as_str(), event_json(&e)))
-            }
+            Next::Event(e) => self.push_event(&e),
             Next::Lagged(missed) => {
                 let data = json!({
                     "missed": missed,
@@ -111,14 +130,76 @@ impl EventStream {
         }
     }
 
+    /// A transition; a start carries the validity of its term as of now
+    /// (zero when that term is no longer current: a replay of an old one).
+    fn push_event(&mut self, event: &Event) {
+        let mut data = event_json(event);
+        match event.kind {
+            EventKind::StartedLeading => {
+                let state = self.state.borrow().clone();
+                let valid_for = if state.term == event.term {
+                    state.valid_for()
+                } else {
+                    Duration::ZERO
+                };
+                data["valid_for_ms"] = json!(valid_for.as_millis() as u64);
+                if let Some(term) = event.term.clone().filter(|_| !valid_for.is_zero()) {
+                    self.told = Some((term, state.deadline));
+                }
+            }
+            EventKind::StoppedLeading => self.told = None,
+            EventKind::NewLeader => {}
+        }
+        self.queue
+            .push_back(sse_event(&event.id, event.kind.as_str(), data));
+    }
+
+    /// A `renewed` event if the current term was renewed since the
+    /// subscriber was last told its validity (or it may have lost track).
+    fn push_renewed(&mut self) {
+        let state = self.state.borrow_and_update().clone();
+        let Some(term) = state.term.clone().filter(|_| state.leading_now()) else {
+            return;
+        };
+        match &self.told {
+            // Told this very validity already.
+            Some((told_term, told_deadline))
+                if *told_term == term && *told_deadline == state.deadline =>
+            {
+                return;
+            }
+            Some((told_term, _)) if *told_term == term => {}
+            // A term not yet announced: its `started-leading` comes first.
+            Some(_) => return,
+            // Told nothing yet: only after a resume (a fresh stream starts
+            // with a `state`, which sets `told`).
+            None => {}
+        }
+        let data = json!({
+            "type": "renewed",
+            "identity": &*self.app.identity,
+            "term": &term,
+            "valid_for_ms": state.valid_for().as_millis() as u64,
+            "published_at_us": wall_micros(),
+        });
+        self.told = Some((term, state.deadline));
+        self.queue
+            .push_back(SseEvent::default().event("renewed").data(data.to_string()));
+    }
+
     /// A `state` event with the current `/leader` body. Its id is a cursor:
     /// the id of the last event the state reflects, so resuming from it
     /// replays exactly what came after.
     fn push_state(&mut self, missed: bool) {
-        let state = self.app.state.borrow().clone();
+        let state = self.state.borrow_and_update().clone();
         // Live events up to the state's own seq are already in it.
         self.subscription.skip_to(state.seq);
-        let (_, mut body) = leader_body(&self.app, &state);
+        let (leading, mut body) = leader_body(&self.app, &state);
+        self.told = state
+            .term
+            .clone()
+            .filter(|_| leading)
+            .map(|term| (term, state.deadline));
         body["may_have_missed_events"] = json!(missed);
         body["published_at_us"] = json!(wall_micros());
         let id = self.app.events.id_of(state.seq);

@@ -17,12 +17,15 @@
 //! - [`event_stream`]: `GET /events`, the log as server-sent events.
 //! - [`metrics`]: Prometheus metrics for `/metrics`.
 //! - [`http`]: the routers and server.
-//! - [`watch_client`]: `leader-gate watch`, a subscriber that prints events.
+//! - [`client`]: the client side — `watch`, `status`, `wait`, and the gates
+//!   `exec` and `file-gate`, all on one consumer of `/events` that applies
+//!   the validity rule.
 //! - [`clock`]: boot clock for read-time validity, MicroTime formatting.
 //!
 //! `src/main.rs` wires these together and owns signals and exit codes.
 
 pub mod api_error;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod driver;
@@ -34,4 +37,3 @@ pub mod lease;
 pub mod lease_client;
 pub mod metrics;
 pub mod state;
-pub mod watch_client;

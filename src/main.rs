@@ -1,5 +1,6 @@
 //! The `leader-gate` binary: parses flags, wires the election driver to the
-//! HTTP listeners, and owns signals and exit codes (sysexits):
+//! HTTP listeners (`serve`) or runs a client (`watch`, `exec`, `file-gate`,
+//! `status`, `wait`), and owns signals and exit codes (sysexits):
 //!
 //! - 0: clean shutdown after SIGTERM/SIGINT
 //! - 64 (EX_USAGE): an invalid flag, named in one line
@@ -17,7 +18,11 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use leader_gate::config::{Cli, Command, LogFormat, ServeConfig, WatchArgs, resolve_namespace};
+use leader_gate::client::{exec, file_gate, status, watch};
+use leader_gate::config::{
+    Cli, ClientArgs, Command, ExecArgs, FileGateArgs, LogFormat, ServeConfig, WaitArgs, WatchArgs,
+    resolve_namespace,
+};
 use leader_gate::driver;
 use leader_gate::election::{Election, Settings};
 use leader_gate::events::EventLog;
@@ -25,7 +30,6 @@ use leader_gate::http::{self, AppState};
 use leader_gate::lease_client::{self, KubeLeaseStore};
 use leader_gate::metrics::Metrics;
 use leader_gate::state::{Heartbeat, Publisher};
-use leader_gate::watch_client;
 
 const EX_USAGE: u8 = 64;
 /// Events kept for `Last-Event-ID` resumption.
@@ -65,17 +69,7 @@ fn main() -> ExitCode {
         .expect("tokio runtime");
     let args = match cli.command {
         Command::Serve(args) => args,
-        Command::Watch(WatchArgs { url, json }) => {
-            return match runtime.block_on(watch_client::run(&url, json, std::io::stdout())) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error @ watch_client::WatchError::InvalidUrl(_)) => {
-                    eprintln!("leader-gate: {error}");
-                    ExitCode::from(EX_USAGE)
-                }
-                // The output closed (e.g. the reader of a pipe exited).
-                Err(_) => ExitCode::SUCCESS,
-            };
-        }
+        client => return runtime.block_on(run_client(client)),
     };
     let config = match args.validate(|name| std::env::var(name).ok(), hostname) {
         Ok(config) => config,
@@ -208,6 +202,67 @@ async fn serve(config: ServeConfig) -> ExitCode {
     }
     tracing::info!("stopped");
     ExitCode::SUCCESS
+}
+
+/// The client subcommands: they know the sidecar only through its gate listener.
+async fn run_client(command: Command) -> ExitCode {
+    match command {
+        Command::Serve(_) => unreachable!("serve is not a client"),
+        Command::Watch(WatchArgs { client, json }) => {
+            // Returns only when the output closed (the reader of a pipe exited).
+            let _closed = watch::run(client.url, json, std::io::stdout()).await;
+            ExitCode::SUCCESS
+        }
+        Command::Exec(ExecArgs {
+            client,
+            grace,
+            command,
+        }) => {
+            let options = exec::ExecOptions {
+                url: client.url,
+                grace,
+                command,
+            };
+            match exec::run(options).await {
+                Ok(code) => ExitCode::from(code),
+                Err(error) => {
+                    eprintln!("leader-gate exec: {error}");
+                    ExitCode::from(error.exit_code())
+                }
+            }
+        }
+        Command::FileGate(FileGateArgs {
+            client,
+            reload_url,
+            mode,
+            mappings,
+        }) => {
+            let options = file_gate::FileGateOptions {
+                url: client.url,
+                reload: reload_url,
+                mode,
+                mappings,
+            };
+            file_gate::run(options).await;
+            ExitCode::SUCCESS
+        }
+        Command::Status(ClientArgs { url }) => {
+            let (verdict, text) = status::status(&url).await;
+            match verdict {
+                status::Status::Unknown => eprintln!("leader-gate status: {text}"),
+                _ => println!("{text}"),
+            }
+            ExitCode::from(verdict as u8)
+        }
+        Command::Wait(WaitArgs { client, timeout }) => {
+            if status::wait(client.url, timeout).await {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("leader-gate wait: not leading after {timeout:?}");
+                ExitCode::FAILURE
+            }
+        }
+    }
 }
 
 /// Time the HTTP servers get to finish answering after the hand-over.

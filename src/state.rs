@@ -1,5 +1,5 @@
 //! The published leadership state: the one snapshot that readers (`/leader`,
-//! later the event stream) answer from, and the election task's heartbeat.
+//! the event stream) answer from, and the election task's heartbeat.
 //!
 //! Only the election driver publishes; it maps the machine's monotonic
 //! deadline onto the boot clock, so a reader decides at read time whether a
@@ -29,6 +29,9 @@ pub struct LeaderState {
     pub since_micros: i64,
     /// The forced step-down instant on the boot clock, while leading.
     pub valid_until: Option<BootInstant>,
+    /// The machine's monotonic deadline `valid_until` was mapped from: it
+    /// moves only on a successful renew, which is what `renewed` events tell.
+    pub deadline: Option<Instant>,
     /// The seq of the last event published (counts transitions).
     pub seq: u64,
     /// Why the last term ended.
@@ -45,6 +48,7 @@ impl LeaderState {
             term: None,
             since_micros: wall_micros(),
             valid_until: None,
+            deadline: None,
             seq: 0,
             last_stop: None,
             observed: false,
@@ -119,10 +123,15 @@ impl Publisher {
         // Read the boot clock before the monotonic one: the mapped deadline
         // can only come out early, never late.
         let boot_now = BootInstant::now();
-        let valid_until = snapshot
-            .deadline
-            .map(|d| boot_now.plus(d.saturating_duration_since(Instant::now())));
+        let mono_now = Instant::now();
         self.tx.send_if_modified(|state| {
+            // Map a deadline once, when it is new: re-mapping an unchanged one
+            // would wake every reader for nothing (and could only move later).
+            let valid_until = match snapshot.deadline {
+                Some(deadline) if state.deadline == Some(deadline) => state.valid_until,
+                Some(deadline) => Some(boot_now.plus(deadline.saturating_duration_since(mono_now))),
+                None => None,
+            };
             let term = snapshot.term.as_ref().map(|t| t.to_string());
             let transitions = self.transitions(state, snapshot, &term);
             for transition in &transitions {
@@ -141,6 +150,7 @@ impl Publisher {
                     wall_micros()
                 },
                 valid_until,
+                deadline: snapshot.deadline,
                 seq: self.events.last_seq(),
                 last_stop: snapshot.last_stop.map(|r| r.as_str()),
                 observed: snapshot.observed,

@@ -1,0 +1,373 @@
+//! The one consumer of a sidecar's `/events` that every client gate shares.
+//! It applies the validity rule, so a gate fails closed even when the
+//! sidecar dies without a word (SIGKILL, OOM kill):
+//!
+//! leadership is valid until *receive time + `valid_for_ms`* of the latest
+//! `state`, `started-leading` or `renewed` that confirmed it, and ends at
+//! once on `stopped-leading`. A lost stream ends nothing by itself; the
+//! expiry does.
+//!
+//! The feed reconnects on its own (with `Last-Event-ID`, so nothing the
+//! sidecar still holds is missed) and never ends. Validity is kept on the
+//! boot clock, which counts through suspend.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use hyper::Method;
+use hyper::body::Incoming;
+use serde_json::Value;
+use tokio::time::{Instant, sleep_until};
+
+use crate::client::sse::{SseMessage, SseParser};
+use crate::client::url::GateUrl;
+use crate::clock::BootInstant;
+
+/// Reconnect when not even a keep-alive arrived for this long (three of the
+/// sidecar's default 15 s keep-alive intervals).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(45);
+/// Bound on connecting and on the response head.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Re-check the boot clock at least this often while leading: a monotonic
+/// timer does not fire on time after a suspend.
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+const MIN_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Leadership as this client may rely on it right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Validity {
+    /// The term id, unique per acquisition.
+    pub term: String,
+    /// When it ends unless renewed first.
+    pub until: BootInstant,
+}
+
+/// One event as the sidecar sent it.
+#[derive(Clone, Debug)]
+pub struct Message {
+    pub sse: SseMessage,
+    /// The parsed `data:` (`null` when it is not JSON).
+    pub data: Value,
+}
+
+/// Why leadership ended here, not at the sidecar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalStop {
+    /// Connected, but no renewal arrived in time.
+    ValidityExpired,
+    /// The stream was lost, and with it every renewal.
+    StreamLost,
+}
+
+impl LocalStop {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ValidityExpired => "validity-expired",
+            Self::StreamLost => "stream-lost",
+        }
+    }
+}
+
+/// What [`Feed::next`] reports.
+#[derive(Clone, Debug)]
+pub enum Signal {
+    /// An event from the sidecar, already applied to [`Feed::leading`].
+    Event(Message),
+    /// Leadership of `term` ran out here without a renewal.
+    Expired { term: String, reason: LocalStop },
+    /// Subscribed (again).
+    Connected,
+    /// The stream broke or cannot be opened; said once per outage.
+    Disconnected(String),
+}
+
+/// The subscription and the leadership it vouches for.
+pub struct Feed {
+    url: GateUrl,
+    stream: Option<Stream>,
+    last_id: Option<String>,
+    validity: Option<Validity>,
+    ready: VecDeque<Signal>,
+    /// No connection attempt before this instant (backoff).
+    retry_at: Instant,
+    backoff: Duration,
+    /// An outage was reported and not yet followed by a connection.
+    down_reported: bool,
+}
+
+struct Stream {
+    body: Incoming,
+    parser: SseParser,
+    /// When something (even a keep-alive) last arrived.
+    heard_at: Instant,
+}
+
+// === impl Feed ===
+
+impl Feed {
+    pub fn new(url: GateUrl) -> Self {
+        Self {
+            url,
+            stream: None,
+            last_id: None,
+            validity: None,
+            ready: VecDeque::new(),
+            retry_at: Instant::now(),
+            backoff: Duration::ZERO,
+            down_reported: false,
+        }
+    }
+
+    /// The leadership this client may act on now, if any.
+    pub fn leading(&self) -> Option<&Validity> {
+        self.validity
+            .as_ref()
+            .filter(|v| !v.until.remaining().is_zero())
+    }
+
+    /// The next thing that happened; never ends (it reconnects).
+    pub async fn next(&mut self) -> Signal {
+        loop {
+            if let Some(signal) = self.ready.pop_front() {
+                return signal;
+            }
+            if let Some(validity) = &self.validity
+                && validity.until.remaining().is_zero()
+            {
+                let term = validity.term.clone();
+                self.validity = None;
+                let reason = if self.stream.is_some() {
+                    // A stream that missed a renewal may be stalled: start over.
+                    self.stream = None;
+                    LocalStop::ValidityExpired
+                } else {
+                    LocalStop::StreamLost
+                };
+                return Signal::Expired { term, reason };
+            }
+            let check = self
+                .validity
+                .as_ref()
+                .map(|v| Instant::now() + v.until.remaining().min(MAX_SLEEP));
+            tokio::select! {
+                () = self.progress() => {}
+                () = sleep_until(check.unwrap_or_else(far_future)), if check.is_some() => {}
+            }
+        }
+    }
+
+    /// One step of the connection: connect, or read what arrived. Every
+    /// await in here may be cancelled by the expiry timer without loss.
+    async fn progress(&mut self) {
+        let Some(stream) = &mut self.stream else {
+            sleep_until(self.retry_at).await;
+            self.connect().await;
+            return;
+        };
+        let quiet_until = stream.heard_at + IDLE_TIMEOUT;
+        let frame = match tokio::time::timeout_at(quiet_until, stream.body.frame()).await {
+            Err(_) => return self.lost(format!("nothing received for {IDLE_TIMEOUT:?}")),
+            Ok(None) => return self.lost("the stream ended".into()),
+            Ok(Some(Err(error))) => return self.lost(error.to_string()),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let received = BootInstant::now();
+        stream.heard_at = Instant::now();
+        let Some(bytes) = frame.data_ref() else {
+            return;
+        };
+        for sse in stream.parser.feed(bytes) {
+            let data = serde_json::from_str(&sse.data).unwrap_or(Value::Null);
+            let message = Message { sse, data };
+            self.apply(&message, received);
+            self.ready.push_back(Signal::Event(message));
+        }
+    }
+
+    async fn connect(&mut self) {
+        let last_id = self.last_id.clone();
+        let mut headers = vec![("accept", "text/event-stream")];
+        if let Some(id) = last_id.as_deref() {
+            headers.push(("last-event-id", id));
+        }
+        let result = self
+            .url
+            .send(Method::GET, "/events", &headers, CONNECT_TIMEOUT)
+            .await;
+        match result {
+            Ok(response) if response.status().is_success() => {
+                self.stream = Some(Stream {
+                    body: response.into_body(),
+                    parser: SseParser::default(),
+                    heard_at: Instant::now(),
+                });
+                self.backoff = Duration::ZERO;
+                self.down_reported = false;
+                self.ready.push_back(Signal::Connected);
+            }
+            Ok(response) => self.lost(format!(
+                "the sidecar at {} answered {} to /events",
+                self.url.authority(),
+                response.status()
+            )),
+            Err(error) => self.lost(error.to_string()),
+        }
+    }
+
+    /// The stream is gone or could not be opened: retry after a backoff.
+    fn lost(&mut self, why: String) {
+        self.stream = None;
+        self.backoff = (self.backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+        self.retry_at = Instant::now() + self.backoff;
+        if !self.down_reported {
+            self.down_reported = true;
+            self.ready.push_back(Signal::Disconnected(why));
+        }
+    }
+
+    /// The validity rule.
+    fn apply(&mut self, message: &Message, received: BootInstant) {
+        if message.sse.id.is_some() {
+            self.last_id.clone_from(&message.sse.id);
+        }
+        let data = &message.data;
+        let confirmed = || {
+            let valid_for = data["valid_for_ms"].as_u64().unwrap_or(0);
+            let term = data["term"].as_str()?;
+            (valid_for > 0).then(|| Validity {
+                term: term.to_owned(),
+                until: received.plus(Duration::from_millis(valid_for)),
+            })
+        };
+        match message.sse.event.as_str() {
+            // The whole truth as of now: leading with a validity, or not.
+            "state" => {
+                let leading = data["leading"].as_bool().unwrap_or(false);
+                self.validity = confirmed().filter(|_| leading);
+            }
+            "started-leading" | "renewed" => {
+                if let Some(validity) = confirmed() {
+                    self.validity = Some(validity);
+                }
+            }
+            "stopped-leading" => self.validity = None,
+            // `new-leader` changes nothing here; `lagged` is followed by a state.
+            _ => {}
+        }
+    }
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed() -> Feed {
+        Feed::new(GateUrl::parse("http://127.0.0.1:9").unwrap())
+    }
+
+    fn message(event: &str, data: Value) -> Message {
+        Message {
+            sse: SseMessage {
+                id: None,
+                event: event.into(),
+                data: data.to_string(),
+            },
+            data,
+        }
+    }
+
+    #[test]
+    fn validity_runs_from_receipt_and_ends_at_once_on_a_stop() {
+        let mut feed = feed();
+        let now = BootInstant::now();
+        let start = json_msg("started-leading", "u/1", 3000);
+        feed.apply(&start, now);
+        let leading = feed.leading().expect("leading after a start");
+        assert_eq!(leading.term, "u/1");
+        assert_eq!(leading.until, now.plus(Duration::from_millis(3000)));
+        feed.apply(&json_msg("renewed", "u/1", 5000), now);
+        assert_eq!(
+            feed.leading().unwrap().until,
+            now.plus(Duration::from_millis(5000))
+        );
+        feed.apply(
+            &message("stopped-leading", serde_json::json!({"term": "u/1"})),
+            now,
+        );
+        assert_eq!(feed.leading(), None);
+    }
+
+    #[test]
+    fn nothing_without_a_positive_validity_counts_as_leading() {
+        let mut feed = feed();
+        let now = BootInstant::now();
+        // A replayed start of an old term, an old sidecar without validity,
+        // a state that says not leading, a validity already run out.
+        feed.apply(&json_msg("started-leading", "u/1", 0), now);
+        feed.apply(
+            &message("started-leading", serde_json::json!({"term": "u/2"})),
+            now,
+        );
+        feed.apply(
+            &message(
+                "state",
+                serde_json::json!({"leading": false, "term": null, "valid_for_ms": 0}),
+            ),
+            now,
+        );
+        assert_eq!(feed.leading(), None);
+        let long_ago = BootInstant::now();
+        std::thread::sleep(Duration::from_millis(5));
+        feed.apply(&json_msg("renewed", "u/3", 1), long_ago);
+        assert_eq!(feed.leading(), None, "validity counted from receipt");
+    }
+
+    #[test]
+    fn a_state_is_the_whole_truth() {
+        let mut feed = feed();
+        let now = BootInstant::now();
+        feed.apply(&json_msg("started-leading", "u/1", 3000), now);
+        feed.apply(
+            &message(
+                "state",
+                serde_json::json!({"leading": false, "term": null, "valid_for_ms": 0}),
+            ),
+            now,
+        );
+        assert_eq!(feed.leading(), None);
+        feed.apply(
+            &message(
+                "state",
+                serde_json::json!({"leading": true, "term": "u/2", "valid_for_ms": 900}),
+            ),
+            now,
+        );
+        assert_eq!(feed.leading().map(|v| v.term.as_str()), Some("u/2"));
+    }
+
+    fn json_msg(event: &str, term: &str, valid_for_ms: u64) -> Message {
+        message(
+            event,
+            serde_json::json!({"term": term, "valid_for_ms": valid_for_ms}),
+        )
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_sidecar_is_reported_once_and_never_leads() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener); // nothing listens there now
+        let mut feed = Feed::new(GateUrl::parse(&url).unwrap());
+        assert!(matches!(feed.next().await, Signal::Disconnected(_)));
+        // Further failed attempts say nothing more.
+        let quiet = tokio::time::timeout(Duration::from_millis(800), feed.next()).await;
+        assert!(quiet.is_err(), "reported once per outage: {quiet:?}");
+        assert_eq!(feed.leading(), None);
+    }
+}

@@ -1,0 +1,23 @@
+//! The client side: subcommands that ask a sidecar's gate listener whether
+//! this pod leads, for collectors that cannot ask themselves.
+//!
+//! - [`url`]: the one `--url` every client takes, and plain HTTP requests.
+//! - [`sse`]: the `text/event-stream` parser.
+//! - [`feed`]: the one consumer of `/events` that applies the validity rule
+//!   (leadership ends at *receive time + valid_for_ms* unless renewed, and at
+//!   once on `stopped-leading`); every gate below is built on it.
+//! - [`watch`]: `leader-gate watch`, one line per event.
+//! - [`status`]: `leader-gate status` and `leader-gate wait`.
+//! - [`exec`]: `leader-gate exec -- COMMAND`, a child that runs only while leading.
+//! - [`file_gate`]: `leader-gate file-gate SRC:DST…`, files present only while leading.
+//!
+//! Nothing here touches the server side's state: clients know the sidecar
+//! only through HTTP, as a collector would.
+
+pub mod exec;
+pub mod feed;
+pub mod file_gate;
+pub mod sse;
+pub mod status;
+pub mod url;
+pub mod watch;

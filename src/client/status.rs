@@ -1,0 +1,74 @@
+//! `leader-gate status` (one question: does this pod lead right now?) and
+//! `leader-gate wait` (block until it does), for scripts and for images
+//! without curl.
+
+use std::time::Duration;
+
+use hyper::Method;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::client::feed::{Feed, Signal};
+use crate::client::url::GateUrl;
+
+/// How long `status` waits for an answer.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The answer to `status`, which is also its exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// 200 with a body that says leading.
+    Leading = 0,
+    /// 503 with a valid body that says not leading.
+    NotLeading = 1,
+    /// No answer, or not one a sidecar gives.
+    Unknown = 2,
+}
+
+/// Asks `GET /leader` once; returns the verdict and what to print.
+pub async fn status(url: &GateUrl) -> (Status, String) {
+    let (status, body) = match url.fetch(Method::GET, "/leader", STATUS_TIMEOUT).await {
+        Ok(answer) => answer,
+        Err(error) => return (Status::Unknown, format!("cannot ask the sidecar: {error}")),
+    };
+    let text = String::from_utf8_lossy(&body).trim().to_owned();
+    let leading = serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|body| body["leading"].as_bool());
+    let verdict = match (status, leading) {
+        (200, Some(true)) => Status::Leading,
+        (503, Some(false)) => Status::NotLeading,
+        _ => {
+            return (
+                Status::Unknown,
+                format!("not a leader-gate answer: HTTP {status}: {text}"),
+            );
+        }
+    };
+    (verdict, text)
+}
+
+/// Waits until this pod leads (by the validity rule), or `timeout` passes;
+/// an unreachable sidecar is waited for like a follower. Returns whether it
+/// leads.
+pub async fn wait(url: GateUrl, timeout: Option<Duration>) -> bool {
+    let give_up = timeout.map(|t| Instant::now() + t);
+    let mut feed = Feed::new(url);
+    let until_leading = async {
+        loop {
+            if feed.leading().is_some() {
+                return;
+            }
+            if let Signal::Disconnected(why) = feed.next().await {
+                eprintln!("leader-gate wait: {why}; retrying");
+            }
+        }
+    };
+    match give_up {
+        Some(at) => tokio::time::timeout_at(at, until_leading).await.is_ok(),
+        None => {
+            until_leading.await;
+            true
+        }
+    }
+}
