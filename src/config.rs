@@ -36,6 +36,16 @@ pub enum Command {
     Status(ClientArgs),
     /// Wait until this pod leads: exit 0 then, 1 on --timeout.
     Wait(WaitArgs),
+    /// Copy this binary to DEST (for an image without `cp`: the exec gate
+    /// reaches the collector's container through a shared volume).
+    Install(InstallArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// Where to put the copy (mode 0755), e.g. /gate/leader-gate.
+    #[arg(value_name = "DEST")]
+    pub dest: std::path::PathBuf,
 }
 
 /// What every client takes: the sidecar's gate listener.

@@ -5,6 +5,7 @@
 //! - 0: clean shutdown after SIGTERM/SIGINT
 //! - 64 (EX_USAGE): an invalid flag, named in one line
 //! - 71 (EX_OSERR): a listener could not be bound
+//! - 73 (EX_CANTCREAT): `install` could not write its copy
 //! - 78 (EX_CONFIG): no usable kube configuration (kubeconfig / in-cluster)
 //! - 128 + signal: a second signal during shutdown exits at once
 
@@ -20,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 use leader_gate::client::{exec, file_gate, status, watch};
 use leader_gate::config::{
-    Cli, ClientArgs, Command, ExecArgs, FileGateArgs, LogFormat, ServeConfig, WaitArgs, WatchArgs,
-    resolve_namespace,
+    Cli, ClientArgs, Command, ExecArgs, FileGateArgs, InstallArgs, LogFormat, ServeConfig,
+    WaitArgs, WatchArgs, resolve_namespace,
 };
 use leader_gate::driver;
 use leader_gate::election::{Election, Settings};
@@ -37,6 +38,7 @@ const EVENT_HISTORY: usize = 1024;
 /// Events a subscriber may fall behind before it is told it lagged.
 const EVENT_BUFFER: usize = 256;
 const EX_OSERR: u8 = 71;
+const EX_CANTCREAT: u8 = 73;
 const EX_CONFIG: u8 = 78;
 
 fn main() -> ExitCode {
@@ -254,6 +256,16 @@ async fn run_client(command: Command) -> ExitCode {
             }
             ExitCode::from(verdict as u8)
         }
+        Command::Install(InstallArgs { dest }) => match install(&dest) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!(
+                    "leader-gate install: cannot copy to {}: {error}",
+                    dest.display()
+                );
+                ExitCode::from(EX_CANTCREAT)
+            }
+        },
         Command::Wait(WaitArgs { client, timeout }) => {
             if status::wait(client.url, timeout).await {
                 ExitCode::SUCCESS
@@ -263,6 +275,18 @@ async fn run_client(command: Command) -> ExitCode {
             }
         }
     }
+}
+
+/// Copies the running executable to `dest` (through a temporary file and a
+/// rename, so a container never starts a half-copied binary).
+fn install(dest: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let me = std::env::current_exe()?;
+    let name = dest.file_name().unwrap_or_default().to_string_lossy();
+    let temporary = dest.with_file_name(format!(".{name}.tmp"));
+    std::fs::copy(&me, &temporary)?;
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&temporary, dest)
 }
 
 /// Time the HTTP servers get to finish answering after the hand-over.

@@ -144,3 +144,23 @@ fn help_documents_every_flag_and_its_environment_variable() {
         assert!(help.contains(env), "{env} missing from --help");
     }
 }
+
+#[test]
+fn install_copies_a_runnable_binary_for_images_without_cp() {
+    let dir = std::env::temp_dir().join(format!("leader-gate-install-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dest = dir.join("leader-gate");
+    let (code, stderr) = run(&["install", dest.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let version = Command::new(&dest).arg("--version").output().unwrap();
+    assert!(version.status.success());
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("leader-gate "));
+    let (code, stderr) = run(&["install", "/nonexistent-dir/leader-gate"]);
+    assert_eq!(code, Some(73), "{stderr}");
+    assert!(
+        stderr.contains("cannot copy to /nonexistent-dir/leader-gate"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
