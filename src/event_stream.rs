@@ -42,7 +42,11 @@ pub async fn events(State(app): State<AppState>, headers: HeaderMap) -> Response
         )
             .into_response();
     };
-    let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    // A header that is not visible ASCII is an id we never gave: unknown,
+    // not absent (the subscriber did have a position and may miss events).
+    let last_event_id = headers
+        .get("last-event-id")
+        .map(|v| v.to_str().unwrap_or(""));
     let (start, subscription) = app.events.subscribe(last_event_id);
     let mut stream = EventStream {
         queue: VecDeque::new(),

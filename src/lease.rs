@@ -18,6 +18,33 @@ use crate::clock::{format_micro_time, parse_micro_time};
 /// record's own term, so a stale mark from an earlier term is ignored.
 pub const RELEASED_TERM_ANNOTATION: &str = "leader-gate.dev/released-term";
 
+/// The longest `holderIdentity` kept as it is (a pod name is at most 253).
+/// Anyone who may update the Lease controls this string, and every sidecar
+/// stores and prints it: a longer one is cut and marked, so it can never
+/// equal a valid identity.
+pub const MAX_IDENTITY_LEN: usize = 253;
+/// Marks a cut `holderIdentity`.
+const CUT_MARK: &str = "…[cut]";
+/// The longest `leaseDurationSeconds` honoured: the API's field is an int32.
+const MAX_DURATION_SECS: i64 = i32::MAX as i64;
+/// `leaseTransitions` is an int32 on the server: one past it is a 400 for
+/// ever, so it wraps to 0 (term ids stay unique: the uid is part of them and
+/// 2^31 acquisitions of one Lease never happen in one history).
+const MAX_TRANSITIONS: i64 = i32::MAX as i64;
+
+/// `text`, cut to at most `max` bytes (on a char boundary) and marked when
+/// it was longer.
+pub fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max - CUT_MARK.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{CUT_MARK}", &text[..end])
+}
+
 /// The `ApiResource` of `coordination.k8s.io/v1` Leases.
 pub fn api_resource() -> ApiResource {
     ApiResource::erase::<TypedLease>(&())
@@ -89,24 +116,26 @@ impl Lease {
             holder: field("holderIdentity")
                 .and_then(Value::as_str)
                 .filter(|h| !h.is_empty())
-                .map(str::to_owned),
+                .map(|h| bounded(h, MAX_IDENTITY_LEN)),
             duration: field("leaseDurationSeconds")
                 .and_then(Value::as_i64)
                 .filter(|s| *s > 0)
-                .map(|s| Duration::from_secs(s as u64)),
+                .map(|s| Duration::from_secs(s.min(MAX_DURATION_SECS) as u64)),
             renew_micros: field("renewTime")
                 .and_then(Value::as_str)
                 .and_then(parse_micro_time),
             transitions: field("leaseTransitions")
                 .and_then(Value::as_i64)
+                .filter(|n| (0..=MAX_TRANSITIONS).contains(n))
                 .unwrap_or(0),
         }
     }
 
     pub fn term_id(&self) -> TermId {
+        // The API server makes uids (36 characters); bound a forged one.
         TermId(format!(
             "{}/{}",
-            self.uid().unwrap_or_default(),
+            bounded(self.uid().unwrap_or_default(), 64),
             self.record().transitions
         ))
     }
@@ -135,7 +164,10 @@ impl Lease {
 
     /// This object with `holderIdentity` taken by `identity`: a new term.
     pub fn acquired(&self, identity: &str, now_micros: i64, duration: Duration) -> DynamicObject {
-        let transitions = self.record().transitions + 1;
+        let transitions = match self.record().transitions {
+            MAX_TRANSITIONS => 0,
+            n => n + 1,
+        };
         let mut object = self.object.clone();
         if let Some(annotations) = object.metadata.annotations.as_mut() {
             annotations.remove(RELEASED_TERM_ANNOTATION);
@@ -363,6 +395,29 @@ mod tests {
             );
             assert_eq!(object.metadata.resource_version.as_deref(), Some("1"));
         }
+    }
+
+    #[test]
+    fn hostile_values_are_bounded_and_never_stall_an_acquisition() {
+        let huge = "h".repeat(200_000);
+        let lease = LeaseBuilder::held_by(&huge)
+            .duration_secs(i64::MAX)
+            .transitions(i32::MAX as i64)
+            .build();
+        let record = lease.record();
+        let holder = record.holder.unwrap();
+        assert!(holder.len() <= MAX_IDENTITY_LEN, "{}", holder.len());
+        assert!(holder.ends_with(CUT_MARK));
+        assert_eq!(record.duration, Some(Duration::from_secs(i32::MAX as u64)));
+        // One past int32 would be a 400 for ever: wrap to 0 instead.
+        let acquired = Lease::new(lease.acquired("me", 0, Duration::from_secs(15)));
+        assert_eq!(acquired.record().transitions, 0);
+        // Out-of-range transitions read as 0, like other malformed fields.
+        let negative = LeaseBuilder::held_by("a").transitions(-5).build();
+        assert_eq!(negative.record().transitions, 0);
+        assert_eq!(bounded("ééé", 9), "ééé");
+        let cut = bounded(&"é".repeat(300), MAX_IDENTITY_LEN);
+        assert!(cut.len() <= MAX_IDENTITY_LEN && cut.ends_with(CUT_MARK));
     }
 
     #[test]

@@ -154,6 +154,13 @@ impl LeaseStore for KubeLeaseStore {
         // The watcher reports a relist as Init, InitApply.., InitDone: the Lease
         // is whatever the relist held, absent if nothing.
         let mut relisted: Option<Lease> = None;
+        // The field selector names one Lease; anything else a server or a
+        // proxy sends is not ours to act on.
+        let name = self.name.clone();
+        let ours = move |object: &DynamicObject| {
+            object.metadata.name.as_deref() == Some(name.as_str())
+                && object.types.as_ref().is_none_or(|t| t.kind == "Lease")
+        };
         watcher::watcher(self.api(), config)
             .default_backoff()
             .filter_map(move |event| {
@@ -163,12 +170,15 @@ impl LeaseStore for KubeLeaseStore {
                         None
                     }
                     Ok(Event::InitApply(object)) => {
-                        relisted = Some(Lease::new(object));
+                        if ours(&object) {
+                            relisted = Some(Lease::new(object));
+                        }
                         None
                     }
                     Ok(Event::InitDone) => Some(Ok(relisted.take())),
-                    Ok(Event::Apply(object)) => Some(Ok(Some(Lease::new(object)))),
-                    Ok(Event::Delete(_)) => Some(Ok(None)),
+                    Ok(Event::Apply(object)) if ours(&object) => Some(Ok(Some(Lease::new(object)))),
+                    Ok(Event::Delete(object)) if ours(&object) => Some(Ok(None)),
+                    Ok(Event::Apply(_) | Event::Delete(_)) => None,
                     Err(error) => Some(Err(watch_error(error))),
                 };
                 if let Some(result) = &update {

@@ -153,6 +153,37 @@ async fn resuming_with_last_event_id_replays_exactly_the_missed_events_first() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_event_id_that_is_not_ascii_is_unknown_not_absent() {
+    let served = serve(8, Duration::from_secs(15)).await;
+    served.events.publish(transition(0));
+    let mut stream = tokio::net::TcpStream::connect(served.addr).await.unwrap();
+    // Raw bytes: no HTTP client library would send this header.
+    stream
+        .write_all(b"GET /events HTTP/1.1\r\nHost: x\r\nLast-Event-ID: caf\xc3\xa9-1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + SECOND * 5;
+    while !String::from_utf8_lossy(&seen).contains("may_have_missed_events") {
+        assert!(
+            Instant::now() < deadline,
+            "no state: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(SECOND, stream.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&seen);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("\"may_have_missed_events\":true"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_subscribers_receive_the_same_sequence() {
     support::raise_fd_limit(8192);
     let served = serve(1100, Duration::from_secs(15)).await;
