@@ -1,6 +1,6 @@
 //! The HTTP surface: routers built in functions (tests call them without a
-//! socket) and a server that takes a pre-bound listener and a cancellation
-//! token.
+//! socket); [`crate::server`] serves them on a pre-bound listener until a
+//! cancellation token fires.
 //!
 //! - gate router (pod-local): `GET|HEAD /leader`, `GET /events`
 //! - admin router (kubelet, Prometheus): `/leader`, `/healthz`, `/readyz`, `/metrics`
@@ -61,15 +61,14 @@ pub fn admin_router(app: AppState) -> Router {
         .with_state(app)
 }
 
-/// Serves `router` on `listener` until `shutdown` is cancelled.
+/// Serves `router` on `listener` until `shutdown` is cancelled, with the
+/// default [`Limits`](crate::server::Limits).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    crate::server::serve(listener, router, shutdown, Default::default()).await
 }
 
 /// The `/leader` body for `state`, judged now: whether this instance leads

@@ -16,7 +16,8 @@
 //! - [`events`]: the event log of transitions (ids, history, fan-out).
 //! - [`event_stream`]: `GET /events`, the log as server-sent events.
 //! - [`metrics`]: Prometheus metrics for `/metrics`.
-//! - [`http`]: the routers and server.
+//! - [`http`]: the routers.
+//! - [`server`]: the HTTP server and its limits against abusive clients.
 //! - [`client`]: the client side — `watch`, `status`, `wait`, and the gates
 //!   `exec` and `file-gate`, all on one consumer of `/events` that applies
 //!   the validity rule.
@@ -36,4 +37,5 @@ pub mod http;
 pub mod lease;
 pub mod lease_client;
 pub mod metrics;
+pub mod server;
 pub mod state;

@@ -30,6 +30,7 @@ use leader_gate::events::EventLog;
 use leader_gate::http::{self, AppState};
 use leader_gate::lease_client::{self, KubeLeaseStore};
 use leader_gate::metrics::Metrics;
+use leader_gate::server::{self, Limits};
 use leader_gate::state::{Heartbeat, Publisher};
 
 const EX_USAGE: u8 = 64;
@@ -160,16 +161,25 @@ async fn serve(config: ServeConfig) -> ExitCode {
         shutdown: stop_serving.clone(),
     };
 
+    // The gate listener also holds every event stream.
+    let gate_limits = Limits {
+        max_connections: Limits::default()
+            .max_connections
+            .max(config.max_subscribers.saturating_add(64)),
+        ..Limits::default()
+    };
     let servers = [
-        tokio::spawn(http::serve(
+        tokio::spawn(server::serve(
             gate,
             http::gate_router(app.clone()),
             stop_serving.clone(),
+            gate_limits,
         )),
-        tokio::spawn(http::serve(
+        tokio::spawn(server::serve(
             admin,
             http::admin_router(app),
             stop_serving.clone(),
+            Limits::default(),
         )),
     ];
     let election = Election::new(settings, fastrand::u64(..));
