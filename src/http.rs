@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::event_stream;
 use crate::events::EventLog;
+use crate::exposition::Format;
 use crate::metrics::Metrics;
 use crate::state::{Heartbeat, LeaderBody, LeaderState, LeaseRef, since_text};
 
@@ -109,12 +110,22 @@ async fn leader(State(app): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-/// Prometheus text exposition.
-async fn metrics(State(app): State<AppState>) -> Response {
-    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The metrics in the format the scraper asks for: OpenMetrics for
+/// Prometheus, classic text 0.0.4 for `promtool` and most other scrapers.
+async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    // Several Accept headers mean the same as one joined by commas.
+    let accept: Vec<&str> = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    let format = Format::negotiate((!accept.is_empty()).then(|| accept.join(",")).as_deref());
     (
-        [(axum::http::header::CONTENT_TYPE, content_type)],
-        app.metrics.encode(),
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::VARY, "Accept"),
+        ],
+        app.metrics.encode(format),
     )
         .into_response()
 }
@@ -252,6 +263,81 @@ mod tests {
         app.heartbeat.end();
         let (status, _) = get(admin_router(app), "GET", "/healthz").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    /// `GET /metrics` on the admin router with these `Accept` headers:
+    /// content type, `Vary`, body.
+    async fn get_metrics(app: AppState, accept: &[&str]) -> (String, String, String) {
+        let mut request = Request::builder().uri("/metrics");
+        for value in accept {
+            request = request.header(header::ACCEPT, *value);
+        }
+        let response = admin_router(app)
+            .oneshot(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let header_text = |name| response.headers()[name].to_str().unwrap().to_owned();
+        let (content_type, vary) = (header_text(header::CONTENT_TYPE), header_text(header::VARY));
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        (
+            content_type,
+            vary,
+            String::from_utf8(bytes.to_vec()).unwrap(),
+        )
+    }
+
+    fn samples(exposition: &str) -> Vec<&str> {
+        exposition.lines().filter(|l| !l.starts_with('#')).collect()
+    }
+
+    #[tokio::test]
+    async fn metrics_are_classic_text_unless_openmetrics_is_asked_for() {
+        let app = app(leading(BootInstant::after(Duration::from_secs(5))));
+        app.metrics.api_request("update", Ok(())); // a counter sample
+        let (content_type, vary, text) = get_metrics(app.clone(), &[]).await;
+        assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+        assert_eq!(vary, "Accept");
+        assert!(text.contains("# HELP leader_gate_api_requests_total Lease API requests"));
+        assert!(text.contains("# TYPE leader_gate_api_requests_total counter\n"));
+        assert!(text.contains("# TYPE leader_gate_renew_duration_seconds histogram\n"));
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+
+        // Prometheus 2.42's header, verbatim.
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        let (content_type, vary, om) = get_metrics(app.clone(), &[prometheus]).await;
+        assert_eq!(
+            content_type,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+        assert_eq!(vary, "Accept");
+        assert!(om.contains("# TYPE leader_gate_api_requests counter\n"));
+        assert!(om.contains("# UNIT leader_gate_renew_duration_seconds seconds\n"));
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert!(
+            samples(&text)
+                .contains(&r#"leader_gate_api_requests_total{verb="update",outcome="ok"} 1"#)
+        );
+        assert_eq!(
+            samples(&text),
+            samples(&om),
+            "the same samples in both formats"
+        );
+
+        let (content_type, _, _) = get_metrics(app.clone(), &["*/*"]).await;
+        assert!(content_type.starts_with("text/plain"), "{content_type}");
+        // Two Accept headers count as one list.
+        let (content_type, _, _) =
+            get_metrics(app, &["text/plain;q=0.5", "application/openmetrics-text"]).await;
+        assert!(
+            content_type.starts_with("application/openmetrics-text"),
+            "{content_type}"
+        );
     }
 
     #[tokio::test]

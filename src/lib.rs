@@ -16,6 +16,7 @@
 //! - [`events`]: the event log of transitions (ids, history, fan-out).
 //! - [`event_stream`]: `GET /events`, the log as server-sent events.
 //! - [`metrics`]: Prometheus metrics for `/metrics`.
+//! - [`exposition`]: OpenMetrics or classic text, by the scraper's `Accept`.
 //! - [`http`]: the routers.
 //! - [`server`]: the HTTP server and its limits against abusive clients.
 //! - [`client`]: the client side — `watch`, `status`, `wait`, and the gates
@@ -33,6 +34,7 @@ pub mod driver;
 pub mod election;
 pub mod event_stream;
 pub mod events;
+pub mod exposition;
 pub mod http;
 pub mod lease;
 pub mod lease_client;

@@ -15,6 +15,7 @@ use std::sync::atomic::AtomicU64;
 use crate::api_error::ApiError;
 use crate::clock::BootInstant;
 use crate::events::{Event, EventKind};
+use crate::exposition::{Format, to_text_004};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaseLabels {
@@ -173,8 +174,8 @@ impl Metrics {
         &self.subscribers
     }
 
-    /// The Prometheus text exposition, as of now.
-    pub fn encode(&self) -> String {
+    /// The exposition in `format`, as of now.
+    pub fn encode(&self, format: Format) -> String {
         if let Some(sent) = *self.last_renew.lock().expect("metrics lock") {
             let age = BootInstant::now().saturating_since(sent);
             self.last_renew_age.set(age.as_secs_f64());
@@ -182,6 +183,9 @@ impl Metrics {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("encoding to a String cannot fail");
-        text
+        match format {
+            Format::OpenMetrics => text,
+            Format::Text004 => to_text_004(&text),
+        }
     }
 }

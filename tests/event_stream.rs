@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leader_gate::events::{EventKind, EventLog, Transition};
+use leader_gate::exposition::Format;
 use leader_gate::http::{self, AppState};
 use leader_gate::metrics::Metrics;
 use leader_gate::state::{Heartbeat, Publisher};
@@ -197,7 +198,7 @@ async fn a_thousand_subscribers_receive_the_same_sequence() {
     assert!(
         served
             .metrics
-            .encode()
+            .encode(Format::OpenMetrics)
             .contains("leader_gate_event_subscribers 1000")
     );
     let mut published = Vec::new();

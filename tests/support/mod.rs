@@ -1,10 +1,12 @@
 //! Test support shared by the integration tests: a fake Kubernetes Lease API
-//! server and helpers that run real `leader-gate` processes against it.
+//! server, helpers that run real `leader-gate` processes against it, and a
+//! real Prometheus as a collector.
 #![allow(dead_code)]
 
 pub mod events;
 pub mod fake_apiserver;
 pub mod monitor;
+pub mod prometheus;
 pub mod proxy;
 pub mod sidecar;
 
