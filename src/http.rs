@@ -14,7 +14,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -60,16 +59,6 @@ pub fn admin_router(app: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(app)
-}
-
-/// Serves `router` on `listener` until `shutdown` is cancelled, with the
-/// default [`Limits`](crate::server::Limits).
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    crate::server::serve(listener, router, shutdown, Default::default()).await
 }
 
 /// The `/leader` body for `state`, judged now: whether this instance leads

@@ -161,19 +161,12 @@ async fn serve(config: ServeConfig) -> ExitCode {
         shutdown: stop_serving.clone(),
     };
 
-    // The gate listener also holds every event stream.
-    let gate_limits = Limits {
-        max_connections: Limits::default()
-            .max_connections
-            .max(config.max_subscribers.saturating_add(64)),
-        ..Limits::default()
-    };
     let servers = [
         tokio::spawn(server::serve(
             gate,
             http::gate_router(app.clone()),
             stop_serving.clone(),
-            gate_limits,
+            Limits::for_gate(config.max_subscribers),
         )),
         tokio::spawn(server::serve(
             admin,

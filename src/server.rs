@@ -57,6 +57,19 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// The gate listener's limits: it also holds every event stream.
+    pub fn for_gate(max_subscribers: usize) -> Self {
+        let default = Self::default();
+        Self {
+            max_connections: default
+                .max_connections
+                .max(max_subscribers.saturating_add(64)),
+            ..default
+        }
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown`, then lets open requests
 /// finish (event streams end on the same token).
 pub async fn serve(

@@ -12,6 +12,7 @@ use leader_gate::events::{EventKind, EventLog, Transition};
 use leader_gate::exposition::Format;
 use leader_gate::http::{self, AppState};
 use leader_gate::metrics::Metrics;
+use leader_gate::server::{self, Limits};
 use leader_gate::state::{Heartbeat, Publisher};
 use support::events::EventClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -48,7 +49,12 @@ async fn serve(max_subscribers: usize, keep_alive: Duration) -> Served {
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(http::serve(listener, http::gate_router(app), stop.clone()));
+    let server = tokio::spawn(server::serve(
+        listener,
+        http::gate_router(app),
+        stop.clone(),
+        Limits::for_gate(max_subscribers),
+    ));
     Served {
         addr,
         events,
