@@ -35,6 +35,8 @@ pub struct LeaderState {
     pub last_stop: Option<&'static str>,
     /// The API server answered at least once.
     pub observed: bool,
+    /// Whether the collector passes its health check; `None` without one.
+    pub collector_healthy: Option<bool>,
 }
 
 impl LeaderState {
@@ -48,6 +50,7 @@ impl LeaderState {
             seq: 0,
             last_stop: None,
             observed: false,
+            collector_healthy: None,
         }
     }
 
@@ -77,6 +80,7 @@ pub struct LeaderBody<'a> {
     pub valid_for_ms: u64,
     pub seq: u64,
     pub last_stop_reason: Option<&'a str>,
+    pub collector_healthy: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
@@ -131,6 +135,7 @@ impl Publisher {
             }
             self.metrics
                 .state(snapshot.leading, snapshot.holder.is_some());
+            self.metrics.collector_healthy(snapshot.collector_healthy);
             let next = LeaderState {
                 leading: snapshot.leading,
                 holder: snapshot.holder.clone(),
@@ -144,6 +149,7 @@ impl Publisher {
                 seq: self.events.last_seq(),
                 last_stop: snapshot.last_stop.map(|r| r.as_str()),
                 observed: snapshot.observed,
+                collector_healthy: snapshot.collector_healthy,
             };
             let changed = *state != next;
             if changed {
@@ -241,6 +247,7 @@ mod tests {
             deadline: None,
             last_stop: None,
             observed: true,
+            collector_healthy: None,
         }
     }
 
