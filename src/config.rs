@@ -9,6 +9,7 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::client::file_gate::Mapping;
 use crate::client::url::{DEFAULT_URL, GateUrl};
+use crate::collector_health;
 use crate::driver::ShutdownOptions;
 
 /// leader-gate: contends for a Kubernetes Lease and tells the collector next
@@ -168,6 +169,20 @@ pub struct ServeArgs {
     /// Log format on stderr (the level comes from RUST_LOG, default info).
     #[arg(long, env = "LEADER_GATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// The collector's HTTP health endpoint (http:// only), e.g. Metricbeat's
+    /// http://127.0.0.1:5066/stats, checked every --retry-period: while it
+    /// fails, this instance does not contend and releases the Lease it holds.
+    #[arg(long, env = "LEADER_GATE_COLLECTOR_HEALTH_URL")]
+    pub collector_health_url: Option<String>,
+
+    /// Failed health checks in a row after which the collector counts as unhealthy.
+    #[arg(
+        long,
+        env = "LEADER_GATE_COLLECTOR_HEALTH_FAILURES",
+        default_value_t = 3
+    )]
+    pub collector_health_failures: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -207,6 +222,8 @@ pub struct ServeConfig {
     pub max_subscribers: usize,
     pub events_keep_alive: Duration,
     pub log_format: LogFormat,
+    /// The collector health check, if configured.
+    pub collector_health: Option<collector_health::Options>,
 }
 
 // === impl ServeArgs ===
@@ -234,6 +251,8 @@ impl ServeArgs {
             max_subscribers,
             events_keep_alive,
             log_format,
+            collector_health_url,
+            collector_health_failures,
         } = self;
 
         if !is_dns1123_subdomain(&lease_name) {
@@ -312,6 +331,20 @@ impl ServeArgs {
         if events_keep_alive.is_zero() {
             return Err(invalid("--events-keep-alive", "must be more than 0"));
         }
+        if collector_health_failures == 0 {
+            return Err(invalid("--collector-health-failures", "must be at least 1"));
+        }
+        let collector_health = collector_health_url
+            .map(|url| {
+                let url = collector_health::parse_url(&url)
+                    .map_err(|rule| invalid("--collector-health-url", rule))?;
+                Ok(collector_health::Options {
+                    url,
+                    failures: collector_health_failures,
+                    period: retry_period,
+                })
+            })
+            .transpose()?;
         Ok(ServeConfig {
             lease_name,
             lease_namespace,
@@ -329,6 +362,7 @@ impl ServeArgs {
             max_subscribers,
             events_keep_alive,
             log_format,
+            collector_health,
         })
     }
 }
@@ -442,6 +476,25 @@ mod tests {
         assert_eq!(config.listen.to_string(), "127.0.0.1:4040");
         assert_eq!(config.admin_listen.to_string(), "0.0.0.0:4041");
         assert!(config.shutdown.release);
+        assert!(
+            config.collector_health.is_none(),
+            "no health check by default"
+        );
+    }
+
+    #[test]
+    fn the_collector_health_check_runs_every_retry_period() {
+        let config = args(&[
+            "--collector-health-url",
+            "http://127.0.0.1:5066/stats",
+            "--retry-period",
+            "3s",
+        ])
+        .unwrap();
+        let health = config.collector_health.unwrap();
+        assert_eq!(health.url, "http://127.0.0.1:5066/stats");
+        assert_eq!(health.failures, 3);
+        assert_eq!(health.period, Duration::from_secs(3));
     }
 
     #[test]
@@ -498,6 +551,22 @@ mod tests {
             (
                 &["--gate-lag", "3s", "--shutdown-timeout", "2s"],
                 "invalid --shutdown-timeout: must be more than --gate-lag",
+            ),
+            (
+                &["--collector-health-url", "https://127.0.0.1:5066/stats"],
+                "invalid --collector-health-url: \"https://127.0.0.1:5066/stats\" must be an http:// URL",
+            ),
+            (
+                &["--collector-health-url", "127.0.0.1:5066"],
+                "invalid --collector-health-url: \"127.0.0.1:5066\" must be an http:// URL",
+            ),
+            (
+                &["--collector-health-url", "http://"],
+                "invalid --collector-health-url",
+            ),
+            (
+                &["--collector-health-failures", "0"],
+                "invalid --collector-health-failures: must be at least 1",
             ),
         ];
         for (extra, expected) in cases {

@@ -80,6 +80,7 @@ pub fn leader_body(app: &AppState, state: &LeaderState) -> (bool, serde_json::Va
         valid_for_ms: valid_for.as_millis() as u64,
         seq: state.seq,
         last_stop_reason: state.last_stop,
+        collector_healthy: state.collector_healthy,
     };
     (
         leading,
@@ -180,6 +181,7 @@ mod tests {
             seq: 1,
             last_stop: None,
             observed: true,
+            collector_healthy: None,
         }
     }
 

@@ -12,6 +12,7 @@
 //! - [`api_error`]: classification of API server responses; 403 explained.
 //! - [`lease_client`]: the adapter that talks to the API server (kube-rs).
 //! - [`driver`]: the one task that owns the Lease and runs the machine.
+//! - [`collector_health`]: the collector's health check, which gates contention.
 //! - [`state`]: the published leadership snapshot and the task's heartbeat.
 //! - [`events`]: the event log of transitions (ids, history, fan-out).
 //! - [`event_stream`]: `GET /events`, the log as server-sent events.
@@ -29,6 +30,7 @@
 pub mod api_error;
 pub mod client;
 pub mod clock;
+pub mod collector_health;
 pub mod config;
 pub mod driver;
 pub mod election;

@@ -20,6 +20,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use leader_gate::client::{exec, file_gate, status, watch};
+use leader_gate::collector_health;
 use leader_gate::config::{
     Cli, ClientArgs, Command, ExecArgs, FileGateArgs, InstallArgs, LogFormat, ServeConfig,
     WaitArgs, WatchArgs, resolve_namespace,
@@ -142,7 +143,11 @@ async fn serve(config: ServeConfig) -> ExitCode {
         admin_listen = %config.admin_listen, "leader-gate starting"
     );
     let events = EventLog::new(&config.identity, EVENT_HISTORY, EVENT_BUFFER);
-    let metrics = Arc::new(Metrics::new(&namespace, &config.lease_name));
+    let mut metrics = Metrics::new(&namespace, &config.lease_name);
+    if config.collector_health.is_some() {
+        metrics = metrics.with_collector_health();
+    }
+    let metrics = Arc::new(metrics);
     let (publisher, state) = Publisher::new(events.clone(), metrics.clone());
     let heartbeat = Heartbeat::new();
     let stop_election = CancellationToken::new();
@@ -176,6 +181,10 @@ async fn serve(config: ServeConfig) -> ExitCode {
         )),
     ];
     let election = Election::new(settings, fastrand::u64(..));
+    let collector_health = config
+        .collector_health
+        .clone()
+        .map(|options| collector_health::spawn(options, stop_election.clone()));
     let driver = tokio::spawn(driver::run(
         Arc::new(store),
         election,
@@ -183,6 +192,7 @@ async fn serve(config: ServeConfig) -> ExitCode {
         heartbeat,
         stop_election.clone(),
         config.shutdown.clone(),
+        collector_health,
     ));
 
     let first = signals.next().await;

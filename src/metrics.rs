@@ -47,6 +47,8 @@ pub struct Metrics {
     last_renew_age: Gauge<f64, AtomicU64>,
     leader_observed: Gauge,
     subscribers: Gauge,
+    /// Registered only when a collector health check is configured.
+    collector_healthy: Option<Gauge>,
 }
 
 // === impl Metrics ===
@@ -118,7 +120,22 @@ impl Metrics {
             last_renew_age,
             leader_observed,
             subscribers,
+            collector_healthy: None,
         }
+    }
+
+    /// Adds `leader_gate_collector_healthy`, for a process that checks its
+    /// collector's health (absent otherwise, so "0" always means a failing
+    /// collector, never an unconfigured check).
+    pub fn with_collector_health(mut self) -> Self {
+        let gauge = Gauge::default();
+        self.registry.register(
+            "collector_healthy",
+            "1 while the collector passes its health check (--collector-health-url); 0 before its first success and after too many failures in a row",
+            gauge.clone(),
+        );
+        self.collector_healthy = Some(gauge);
+        self
     }
 
     /// Counts one API request by its outcome.
@@ -168,6 +185,13 @@ impl Metrics {
         };
         self.leading.get_or_create(&labels).set(i64::from(leading));
         self.leader_observed.set(i64::from(holder_observed));
+    }
+
+    /// The collector's health as the election last saw it.
+    pub fn collector_healthy(&self, healthy: Option<bool>) {
+        if let Some(gauge) = &self.collector_healthy {
+            gauge.set(i64::from(healthy == Some(true)));
+        }
     }
 
     pub fn subscribers(&self) -> &Gauge {

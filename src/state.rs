@@ -38,6 +38,8 @@ pub struct LeaderState {
     pub last_stop: Option<&'static str>,
     /// The API server answered at least once.
     pub observed: bool,
+    /// Whether the collector passes its health check; `None` without one.
+    pub collector_healthy: Option<bool>,
 }
 
 impl LeaderState {
@@ -52,6 +54,7 @@ impl LeaderState {
             seq: 0,
             last_stop: None,
             observed: false,
+            collector_healthy: None,
         }
     }
 
@@ -81,6 +84,7 @@ pub struct LeaderBody<'a> {
     pub valid_for_ms: u64,
     pub seq: u64,
     pub last_stop_reason: Option<&'a str>,
+    pub collector_healthy: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
@@ -140,6 +144,7 @@ impl Publisher {
             }
             self.metrics
                 .state(snapshot.leading, snapshot.holder.is_some());
+            self.metrics.collector_healthy(snapshot.collector_healthy);
             let next = LeaderState {
                 leading: snapshot.leading,
                 holder: snapshot.holder.clone(),
@@ -154,6 +159,7 @@ impl Publisher {
                 seq: self.events.last_seq(),
                 last_stop: snapshot.last_stop.map(|r| r.as_str()),
                 observed: snapshot.observed,
+                collector_healthy: snapshot.collector_healthy,
             };
             let changed = *state != next;
             if changed {
@@ -251,6 +257,7 @@ mod tests {
             deadline: None,
             last_stop: None,
             observed: true,
+            collector_healthy: None,
         }
     }
 

@@ -75,6 +75,44 @@ fn bad_flags_exit_64_with_one_line_naming_the_flag() {
             &["--lease-name", "demo", "--gate-lag", "6s"],
             "invalid --gate-lag: must be less than the margin",
         ),
+        (
+            &[
+                "--lease-name",
+                "demo",
+                "--collector-health-url",
+                "https://127.0.0.1:5066/stats",
+            ],
+            "invalid --collector-health-url: \"https://127.0.0.1:5066/stats\" must be an http:// URL",
+        ),
+        (
+            &[
+                "--lease-name",
+                "demo",
+                "--collector-health-url",
+                "localhost:5066",
+            ],
+            "invalid --collector-health-url",
+        ),
+        (
+            &[
+                "--lease-name",
+                "demo",
+                "--collector-health-url",
+                "http://127.0.0.1:5066/stats",
+                "--collector-health-failures",
+                "0",
+            ],
+            "invalid --collector-health-failures: must be at least 1",
+        ),
+        (
+            &[
+                "--lease-name",
+                "demo",
+                "--collector-health-failures",
+                "many",
+            ],
+            "--collector-health-failures",
+        ),
     ];
     for (args, expected) in cases {
         let mut argv = vec!["serve"];
@@ -133,6 +171,8 @@ fn help_documents_every_flag_and_its_environment_variable() {
         "--shutdown-timeout",
         "--gate-lag",
         "--log-format",
+        "--collector-health-url",
+        "--collector-health-failures",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
     }

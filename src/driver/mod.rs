@@ -1,10 +1,12 @@
 //! The election driver: the one task that owns the Lease.
 //!
 //! It waits on whichever comes first — a change of the Lease from the watch,
-//! the answer to the one request in flight, the machine's next deadline, or
-//! shutdown — feeds it to the [`Election`], publishes the new state, and only
-//! then carries out the actions (so "not leading" is out before any retry or
-//! release, G2). Nothing else mutates election state.
+//! the answer to the one request in flight, a change of the collector's
+//! health, the machine's next deadline, or shutdown — feeds it to the
+//! [`Election`], publishes the new state, and only then carries out the
+//! actions (so "not leading" is out before any retry or release, G2). Nothing
+//! else mutates election state. A release, on shutdown or for an unhealthy
+//! collector, goes out only once the gates had their lag (G6).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +14,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 
@@ -34,6 +37,8 @@ pub struct ShutdownOptions {
 }
 
 /// Runs the election until `shutdown` is cancelled, then hands over.
+/// `collector_health` (see [`crate::collector_health`]) gates contention;
+/// without it the collector counts as healthy.
 pub async fn run(
     store: Arc<dyn LeaseStore>,
     election: Election,
@@ -41,6 +46,7 @@ pub async fn run(
     heartbeat: Arc<Heartbeat>,
     shutdown: CancellationToken,
     options: ShutdownOptions,
+    collector_health: Option<watch::Receiver<bool>>,
 ) {
     let _ended = EndOnDrop(heartbeat.clone());
     let mut driver = Driver {
@@ -50,7 +56,18 @@ pub async fn run(
         inflight: None,
         handled: Instant::now(),
         stepped_down_at: None,
+        gate_lag: options.gate_lag,
+        collector_health,
     };
+    if let Some(health) = &mut driver.collector_health {
+        // Part of the very first published state: nothing has happened yet,
+        // so this input can produce no action.
+        let healthy = *health.borrow_and_update();
+        let actions = driver
+            .election
+            .handle(Input::CollectorHealth(healthy), now());
+        debug_assert!(actions.is_empty());
+    }
     driver.publish_now();
     driver.contend(&heartbeat, &shutdown).await;
     driver.hand_over(options).await;
@@ -67,6 +84,9 @@ struct Driver {
     /// When "not leading" was last published after leading: the gates count
     /// their lag from here (G6).
     stepped_down_at: Option<Instant>,
+    gate_lag: Duration,
+    /// The collector's health; `None` when not checked (or the check ended).
+    collector_health: Option<watch::Receiver<bool>>,
 }
 
 // === impl Driver ===
@@ -92,6 +112,15 @@ impl Driver {
                     self.inflight = None;
                     input
                 }
+                healthy = health_change(&mut self.collector_health) => match healthy {
+                    Some(healthy) => Input::CollectorHealth(healthy),
+                    None => {
+                        // The check ended (it panicked): fail closed.
+                        tracing::error!("the collector health check stopped; counting the collector as unhealthy");
+                        self.collector_health = None;
+                        Input::CollectorHealth(false)
+                    }
+                },
                 item = watch.next() => match item {
                     Some(Ok(lease)) => {
                         restarts = 0;
@@ -162,6 +191,29 @@ impl Driver {
         log_transition(&before, &after, &self.election.settings().identity);
         for action in actions {
             match action {
+                Action::Write(write) if write.purpose == Purpose::Release => {
+                    // The machine releases for an unhealthy collector: like
+                    // on shutdown, not before the gates closed (G6).
+                    let gates_closed = self.gates_closed();
+                    let release = self.send(write);
+                    self.inflight = Some(Box::pin(async move {
+                        if let Some(at) = gates_closed {
+                            sleep_until(at).await;
+                        }
+                        let input = release.await;
+                        match &input {
+                            Input::Written(Ok(_)) => tracing::info!(
+                                "released the lease (collector unhealthy) for a peer to take at once"
+                            ),
+                            Input::Written(Err(error)) => tracing::warn!(
+                                %error,
+                                "could not release the lease; peers take it after it expires"
+                            ),
+                            _ => {}
+                        }
+                        input
+                    }));
+                }
                 Action::Write(write) => self.inflight = Some(self.send(write)),
                 Action::Read { timeout } => {
                     let get = self.store.get();
@@ -177,6 +229,12 @@ impl Driver {
                 Action::ReloadCredentials => self.reload_credentials().await,
             }
         }
+    }
+
+    /// When the gates are closed after the last step-down: its publication
+    /// plus the gate lag (G6). `None`: this process never led.
+    fn gates_closed(&self) -> Option<Instant> {
+        self.stepped_down_at.map(|at| at + self.gate_lag)
     }
 
     fn publish_now(&self) -> Snapshot {
@@ -210,10 +268,9 @@ impl Driver {
     async fn hand_over(&mut self, options: ShutdownOptions) {
         let deadline = Instant::now() + options.timeout;
         self.step(Input::Shutdown).await;
-        if let Some(stepped_down) = self.stepped_down_at {
+        if let Some(gates_closed) = self.gates_closed() {
             // The gates close on "not leading"; give them their lag, counted
             // from when it was published, before anyone may take over.
-            let gates_closed = stepped_down + options.gate_lag;
             if timeout_at(deadline, sleep_until(gates_closed))
                 .await
                 .is_err()
@@ -262,6 +319,18 @@ fn now() -> Now {
     Now {
         instant: Instant::now(),
         wall_micros: wall_micros(),
+    }
+}
+
+/// Resolves with the collector's health when it changes (`None`: the check
+/// ended), or never when it is not checked.
+async fn health_change(health: &mut Option<watch::Receiver<bool>>) -> Option<bool> {
+    match health {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(*rx.borrow_and_update()),
+            Err(_) => None,
+        },
+        None => std::future::pending().await,
     }
 }
 

@@ -174,6 +174,15 @@ impl Candidate {
     }
 
     fn start_with(client: Client, gate_lag: Duration) -> Self {
+        Self::start_checked(client, gate_lag, None)
+    }
+
+    /// A candidate whose collector's health comes from `health`.
+    fn start_checked(
+        client: Client,
+        gate_lag: Duration,
+        health: Option<watch::Receiver<bool>>,
+    ) -> Self {
         let settings = Settings {
             identity: client.name.clone(),
             namespace: "ns".into(),
@@ -210,6 +219,7 @@ impl Candidate {
             Heartbeat::new(),
             stop.clone(),
             options,
+            health,
         ));
         Self { stop, task, flips }
     }
@@ -368,4 +378,47 @@ async fn a_hanging_credential_reload_stalls_neither_the_loop_nor_shutdown() {
     candidate.stop.cancel();
     (&mut candidate.task).await.unwrap();
     assert!(Instant::now() - signalled <= Duration::from_secs(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unhealthy_collector_ends_the_term_at_once_releases_after_the_gate_lag_and_contends_again_once_healthy()
+ {
+    let memory = Memory::new();
+    let (health, rx) = watch::channel(true);
+    let gate_lag = Duration::from_secs(3);
+    let leader = Candidate::start_checked(memory.client("a"), gate_lag, Some(rx));
+    sleep(Duration::from_secs(3)).await;
+    assert!(leader.started_at().is_some(), "a leads a fresh Lease");
+    let mut follower = Candidate::start(memory.client("b"));
+    sleep(Duration::from_secs(3)).await;
+
+    let failed = Instant::now();
+    health.send_replace(false);
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(leader.flips()[1], (failed, false), "not leading at once");
+    // The release waits for the gate lag, counted from the step-down, and
+    // the watching peer takes it at once, long before any expiry.
+    let released = memory.last_write_by("a");
+    assert!(released >= failed + gate_lag, "{:?}", released - failed);
+    assert!(released - failed <= gate_lag + Duration::from_millis(100));
+    let taken = follower.started_at().expect("b takes the marked release");
+    assert!(taken >= released && taken - released <= Duration::from_secs(1));
+
+    // b leaves with a release: the Lease is free, but a does not contend.
+    follower.stop.cancel();
+    (&mut follower.task).await.unwrap();
+    let freed = Instant::now();
+    sleep(Duration::from_secs(40)).await;
+    assert_eq!(
+        memory.last_write_by("a"),
+        released,
+        "no write while unhealthy"
+    );
+
+    health.send_replace(true);
+    sleep(Duration::from_secs(2)).await;
+    let flips = leader.flips();
+    let (again, leading) = *flips.last().unwrap();
+    assert!(leading, "a leads again once its collector is healthy");
+    assert!(again > freed + Duration::from_secs(40));
 }

@@ -17,6 +17,10 @@
 //! - G7: a record is ours only with our identity *and* the `renewTime` of one
 //!   of our own writes; a deleted Lease or an unmarked cleared holder counts
 //!   as held by the last holder for one more duration.
+//!
+//! Collector health ([`Input::CollectorHealth`]) gates contention: while the
+//! collector is unhealthy the machine does not lead, makes no acquisition
+//! attempt, and releases its own record once with the mark of G6.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -59,6 +63,9 @@ pub enum Input {
     Tick,
     /// Stop leading for good: the process is shutting down (G6).
     Shutdown,
+    /// The collector passes (`true`) or fails its health check. Before the
+    /// first of these the collector counts as healthy (no check configured).
+    CollectorHealth(bool),
 }
 
 /// What the driver must do.
@@ -113,6 +120,8 @@ pub enum StopReason {
     LeaseDeleted,
     /// The process is shutting down.
     Shutdown,
+    /// The collector failed its health check too many times in a row.
+    CollectorUnhealthy,
 }
 
 impl StopReason {
@@ -125,6 +134,7 @@ impl StopReason {
             Self::HolderCleared => "holder-cleared",
             Self::LeaseDeleted => "lease-deleted",
             Self::Shutdown => "shutdown",
+            Self::CollectorUnhealthy => "collector-unhealthy",
         }
     }
 }
@@ -157,6 +167,8 @@ pub struct Snapshot {
     pub last_stop: Option<StopReason>,
     /// The API server answered at least once.
     pub observed: bool,
+    /// The last collector health fed in; `None` when none ever was.
+    pub collector_healthy: Option<bool>,
 }
 
 /// Who the Lease belongs to, as judged here.
@@ -234,6 +246,11 @@ pub struct Election {
     renew_unreachable: bool,
     last_stop: Option<StopReason>,
     shutting_down: bool,
+    /// The last [`Input::CollectorHealth`]; `None`: never told, healthy.
+    collector_healthy: Option<bool>,
+    /// The one release of this unhealthy episode was sent: a failed release
+    /// is not retried, the Lease then expires.
+    released_while_unhealthy: bool,
 }
 
 // === impl Election ===
@@ -257,6 +274,8 @@ impl Election {
             renew_unreachable: false,
             last_stop: None,
             shutting_down: false,
+            collector_healthy: None,
+            released_while_unhealthy: false,
         }
     }
 
@@ -297,6 +316,15 @@ impl Election {
                 self.shutting_down = true;
                 self.step_down(StopReason::Shutdown);
             }
+            Input::CollectorHealth(healthy) => {
+                self.collector_healthy = Some(healthy);
+                if healthy {
+                    self.released_while_unhealthy = false;
+                } else {
+                    self.step_down(StopReason::CollectorUnhealthy);
+                    self.acquire_at = None;
+                }
+            }
         }
         self.enforce_deadline(now.instant);
         self.next_request(now, &mut actions);
@@ -304,7 +332,8 @@ impl Election {
     }
 
     /// The release write of G6, if the Lease is still ours; `None` otherwise.
-    /// Call after [`Input::Shutdown`] once nothing is in flight.
+    /// Call after [`Input::Shutdown`] once nothing is in flight. (While the
+    /// collector is unhealthy the machine asks for it itself.)
     pub fn release(&mut self, now: Now, timeout: Duration) -> Option<Write> {
         if self.is_leading() || self.pending.is_some() {
             return None;
@@ -386,7 +415,13 @@ impl Election {
             deadline,
             last_stop: self.last_stop,
             observed: self.view.is_some(),
+            collector_healthy: self.collector_healthy,
         }
+    }
+
+    /// Whether the collector may be led for: healthy, or never checked.
+    fn collector_healthy(&self) -> bool {
+        self.collector_healthy != Some(false)
     }
 
     // --- observations ---
@@ -480,6 +515,7 @@ impl Election {
         let Some(view) = &self.view else { return };
         let record = view.lease.as_ref().map(Lease::record);
         let own = record.as_ref().and_then(|r| self.own_write_of(r));
+        let may_lead = !self.shutting_down && self.collector_healthy();
         match (&mut self.role, own) {
             (
                 Role::Leading {
@@ -504,7 +540,7 @@ impl Election {
             }
             (Role::Following, Some(write))
                 if write.purpose == Purpose::Acquire
-                    && !self.shutting_down
+                    && may_lead
                     && now.instant < write.sent_at + self.settings.renew_deadline =>
             {
                 // Our acquisition committed though its response was lost.
@@ -606,7 +642,11 @@ impl Election {
                     .map(Lease::term_id)
                     .expect("an own record has a lease");
                 match purpose {
-                    Purpose::Acquire if !self.shutting_down && !self.is_leading() => {
+                    Purpose::Acquire
+                        if !self.shutting_down
+                            && self.collector_healthy()
+                            && !self.is_leading() =>
+                    {
                         self.start_leading(term, sent_at);
                     }
                     Purpose::Renew => {
@@ -728,10 +768,9 @@ impl Election {
     // --- the next request ---
 
     fn next_request(&mut self, now: Now, actions: &mut Vec<Action>) {
-        if self.pending.is_some() || self.shutting_down {
+        if self.pending.is_some() || self.shutting_down || self.view.is_none() {
             return;
         }
-        let Some(view) = &self.view else { return };
         if self.not_before.is_some_and(|nb| now.instant < nb) {
             return;
         }
@@ -747,6 +786,20 @@ impl Election {
             }
             return;
         }
+        if !self.collector_healthy() {
+            // No acquisition for an unhealthy collector; our own record (a
+            // term just ended, or an acquisition that landed meanwhile) is
+            // released once, with the mark, so a healthy peer takes it now.
+            if !self.released_while_unhealthy {
+                let timeout = self.request_timeout(now.instant);
+                if let Some(release) = self.release(now, timeout) {
+                    self.released_while_unhealthy = true;
+                    actions.push(Action::Write(release));
+                }
+            }
+            return;
+        }
+        let Some(view) = &self.view else { return };
         match &self.role {
             Role::Leading { renew_at, .. } => {
                 if now.instant >= *renew_at

@@ -782,3 +782,174 @@ fn a_throttled_leader_makes_one_last_try_not_a_burst() {
     }
     assert_eq!(attempts, 2, "the first renew and one last try");
 }
+
+/// The release write among `actions`, checked to be the marked release of
+/// `term` (holder cleared, G6).
+fn marked_release(actions: &[Action], term: &TermId) -> Option<Action> {
+    let release = actions.iter().find(|a| {
+        matches!(
+            a,
+            Action::Write(Write {
+                purpose: Purpose::Release,
+                ..
+            })
+        )
+    })?;
+    let Action::Write(Write {
+        op: WriteOp::Replace(object),
+        ..
+    }) = release
+    else {
+        panic!("a release replaces the object: {release:?}")
+    };
+    assert_eq!(object.data["spec"].get("holderIdentity"), None);
+    assert_eq!(
+        object.metadata.annotations.as_ref().unwrap()[RELEASED_TERM_ANNOTATION],
+        term.as_str()
+    );
+    Some(Action::Write(Write {
+        purpose: Purpose::Release,
+        op: WriteOp::Replace(object.clone()),
+        timeout: Duration::ZERO,
+    }))
+}
+
+#[test]
+fn an_unhealthy_collector_ends_the_term_at_once_with_a_marked_release() {
+    let mut h = Harness::new("me");
+    h.feed(Input::CollectorHealth(true), 0.0);
+    let t = h.lead();
+    let term = h.snapshot(t).term.unwrap();
+    let actions = h.feed(Input::CollectorHealth(false), t + 1.0);
+    assert!(!h.election.is_leading(), "steps down at once");
+    let snapshot = h.snapshot(t + 1.0);
+    assert_eq!(snapshot.last_stop, Some(StopReason::CollectorUnhealthy));
+    assert_eq!(snapshot.collector_healthy, Some(false));
+    assert_eq!(
+        StopReason::CollectorUnhealthy.as_str(),
+        "collector-unhealthy"
+    );
+    let release = marked_release(&actions, &term).expect("releases at once");
+    let stored = h.accept(&release);
+    assert!(stored.is_marked_released());
+    h.feed(Input::Written(Ok(stored)), t + 1.1);
+    // Released and free, but nothing more while the collector is unhealthy.
+    assert_eq!(h.snapshot(t + 1.1).holder, None);
+    assert_eq!(h.first_write(t + 1.1, t + 60.0), None);
+}
+
+#[test]
+fn an_unhealthy_leader_releases_only_once_its_request_in_flight_answered() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let term = h.snapshot(t).term.unwrap();
+    let renew = h.tick(t + 2.0);
+    assert!(is_write(&renew, Purpose::Renew));
+    let actions = h.feed(Input::CollectorHealth(false), t + 2.1);
+    assert!(!h.election.is_leading());
+    assert!(actions.is_empty(), "one request at a time: {actions:?}");
+    // The renew lands after the step-down: it does not revive the term, and
+    // the release is built on the record it wrote.
+    let renewed = h.accept(&renew[0]);
+    let actions = h.feed(Input::Written(Ok(renewed)), t + 2.2);
+    assert!(!h.election.is_leading());
+    let Some(Action::Write(Write {
+        op: WriteOp::Replace(object),
+        ..
+    })) = marked_release(&actions, &term)
+    else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(
+        object.metadata.resource_version.as_deref(),
+        Some(h.rv.to_string().as_str())
+    );
+}
+
+#[test]
+fn a_failed_release_for_an_unhealthy_collector_is_not_retried_the_lease_expires() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let actions = h.feed(Input::CollectorHealth(false), t + 1.0);
+    assert!(is_write(&actions, Purpose::Release));
+    let unavailable = ApiError::Server {
+        code: 503,
+        message: "unavailable".into(),
+    };
+    h.feed(Input::Written(Err(unavailable)), t + 1.1);
+    assert_eq!(h.first_write(t + 1.1, t + 60.0), None);
+}
+
+#[test]
+fn an_unhealthy_follower_never_writes_even_when_the_lease_is_free() {
+    // Absent Lease: free at once, yet no create.
+    let mut h = Harness::new("b");
+    h.feed(Input::CollectorHealth(false), 0.0);
+    h.feed(Input::Observed(None), 0.0);
+    assert_eq!(h.snapshot(0.0).collector_healthy, Some(false));
+    assert_eq!(h.first_write(0.0, 60.0), None);
+
+    // A marked release, and an expired holder: no acquisition either.
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a").transitions(2));
+    h.feed(Input::Observed(Some(held.clone())), 0.0);
+    h.feed(Input::CollectorHealth(false), 1.0);
+    assert_eq!(h.first_write(1.0, 30.0), None, "expired, not taken");
+    let released = h.server_sets(
+        LeaseBuilder::unheld()
+            .transitions(2)
+            .annotation(RELEASED_TERM_ANNOTATION, held.term_id().as_str()),
+    );
+    h.feed(Input::Observed(Some(released)), 31.0);
+    assert_eq!(h.first_write(31.0, 60.0), None, "released, not taken");
+    assert!(
+        h.election.next_wakeup(h.now(60.0).instant).is_none(),
+        "nothing to wake up for"
+    );
+}
+
+#[test]
+fn an_acquisition_that_lands_after_the_collector_failed_is_released_not_led() {
+    let mut h = Harness::new("me");
+    h.feed(Input::Observed(None), 0.0);
+    let (t, create) = h.first_write(0.0, 1.1).unwrap();
+    h.feed(Input::CollectorHealth(false), t + 0.05);
+    let created = h.accept(&create);
+    let term = created.term_id();
+    let actions = h.feed(Input::Written(Ok(created)), t + 0.1);
+    assert!(
+        !h.election.is_leading(),
+        "never leads for an unhealthy collector"
+    );
+    assert!(marked_release(&actions, &term).is_some(), "{actions:?}");
+    assert_eq!(h.snapshot(t + 0.1).last_stop, None, "no term, so no stop");
+}
+
+#[test]
+fn once_the_collector_is_healthy_again_it_acquires_again() {
+    let mut h = Harness::new("me");
+    h.feed(Input::CollectorHealth(false), 0.0);
+    h.feed(Input::Observed(None), 0.0);
+    assert_eq!(h.first_write(0.0, 20.0), None);
+    h.feed(Input::CollectorHealth(true), 20.0);
+    let (at, create) = h.first_write(20.0, 21.1).expect("contends again");
+    assert!(at <= 21.0, "within the acquisition spread: {at}");
+    let stored = h.accept(&create);
+    h.feed(Input::Written(Ok(stored)), at + 0.05);
+    assert!(h.election.is_leading());
+
+    // And after a step-down and release for health, it takes its own
+    // released Lease back when the collector recovers: a new term.
+    let first = h.snapshot(at + 0.05).term.unwrap();
+    let release = h.feed(Input::CollectorHealth(false), at + 1.0);
+    let stored = h.accept(&release[0]);
+    h.feed(Input::Written(Ok(stored)), at + 1.1);
+    h.feed(Input::CollectorHealth(true), at + 5.0);
+    let (again, acquire) = h.first_write(at + 5.0, at + 6.1).expect("acquires again");
+    let stored = h.accept(&acquire);
+    h.feed(Input::Written(Ok(stored)), again + 0.05);
+    assert!(h.election.is_leading());
+    let second = h.snapshot(again + 0.05).term.unwrap();
+    assert_ne!(first, second, "a new term");
+    assert_eq!(h.snapshot(again + 0.05).collector_healthy, Some(true));
+}

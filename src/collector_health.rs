@@ -1,0 +1,321 @@
+//! Collector health: the small task that asks the collector's own HTTP
+//! endpoint (e.g. Metricbeat's `http://127.0.0.1:5066/stats`) every retry
+//! period whether it works, and publishes through a `tokio::sync::watch`
+//! whether it counts as healthy. The election driver feeds every change to
+//! the machine, which neither leads nor contends for an unhealthy collector.
+//!
+//! - A check passes on any 2xx; a connection error, no answer within the
+//!   retry period, or any other status is a failure.
+//! - Unhealthy from the start until the first pass: a native sidecar starts
+//!   before its collector, and a collector that never came up is not led for.
+//! - Then unhealthy after `failures` failures in a row, and healthy again
+//!   after one pass.
+//!
+//! One fresh plain-hyper connection per check, driven inside the check and
+//! dropped with it: a local endpoint asked once per retry period needs no
+//! pool, and nothing of a hung check outlives its timeout.
+
+use std::time::Duration;
+
+use http_body_util::Empty;
+use hyper::body::Bytes;
+use hyper::{StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+/// What to check, and how often.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// An `http://` URL (see [`parse_url`]).
+    pub url: Uri,
+    /// Failures in a row after which the collector counts as unhealthy (≥ 1).
+    pub failures: u32,
+    /// The interval between checks, and the timeout of each.
+    pub period: Duration,
+}
+
+/// Why one check failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("HTTP error: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("answered {0}")]
+    Status(StatusCode),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// Parses a health URL: `http://HOST[:PORT][/PATH]`, nothing else.
+pub fn parse_url(text: &str) -> Result<Uri, String> {
+    let rule = || format!("{text:?} must be an http:// URL, like http://127.0.0.1:5066/stats");
+    let uri: Uri = text.parse().map_err(|_| rule())?;
+    if uri.scheme_str() != Some("http") || uri.host().is_none_or(str::is_empty) {
+        return Err(rule());
+    }
+    Ok(uri)
+}
+
+/// Starts the checking task, which ends with `shutdown`; the receiver holds
+/// `false` until the first check passes.
+pub fn spawn(options: Options, shutdown: CancellationToken) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(run(options, tx, shutdown));
+    rx
+}
+
+/// Checks every period and publishes the health on change, until `shutdown`.
+pub async fn run(options: Options, tx: watch::Sender<bool>, shutdown: CancellationToken) {
+    let Options {
+        url,
+        failures,
+        period,
+    } = options;
+    tracing::info!(%url, failures, ?period, "checking the collector's health: not contending before it first passes");
+    let mut tracker = Tracker::new(failures);
+    let mut ticks = tokio::time::interval(period);
+    // A slow check delays the next one rather than causing a burst.
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        let result = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return,
+            result = async {
+                ticks.tick().await;
+                check(&url, period).await
+            } => result,
+        };
+        let was_healthy = tracker.healthy();
+        let healthy = tracker.record(result.is_ok());
+        match &result {
+            Ok(_) if !was_healthy => {
+                tracing::info!(%url, "the collector passes its health check: contending");
+            }
+            Ok(_) => {}
+            Err(error) if tracker.failures_in_a_row() == failures => {
+                // Once per episode, also when it never passed at all.
+                tracing::warn!(%url, %error, failures, "the collector failed its health check too many times in a row: not contending, releasing the lease if held");
+            }
+            Err(error) => {
+                tracing::debug!(%url, %error, in_a_row = tracker.failures_in_a_row(), "collector health check failed");
+            }
+        }
+        tx.send_if_modified(|published| std::mem::replace(published, healthy) != healthy);
+    }
+}
+
+/// One check: a GET of `url` answered 2xx within `timeout`.
+pub async fn check(url: &Uri, timeout: Duration) -> Result<StatusCode, CheckError> {
+    tokio::time::timeout(timeout, request(url))
+        .await
+        .unwrap_or(Err(CheckError::Timeout(timeout)))
+}
+
+async fn request(url: &Uri) -> Result<StatusCode, CheckError> {
+    // An IPv6 literal comes bracketed in the URL, bare to connect().
+    let host = url.host().unwrap_or_default();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = url.port_u16().unwrap_or(80);
+    let stream = TcpStream::connect((host, port))
+        .await
+        .map_err(|source| CheckError::Connect {
+            addr: format!("{host}:{port}"),
+            source,
+        })?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let request = hyper::Request::get(url.path_and_query().map_or("/", |p| p.as_str()))
+        .header(
+            hyper::header::HOST,
+            url.authority().map_or(host, |a| a.as_str()),
+        )
+        .header(hyper::header::USER_AGENT, "leader-gate")
+        .body(Empty::<Bytes>::new())
+        .expect("a GET of a parsed URL is a valid request");
+    // The connection is driven here, not in a task of its own: whatever the
+    // outcome, it is dropped (and the socket closed) with this future.
+    let response = sender.send_request(request);
+    tokio::pin!(response);
+    let response = tokio::select! {
+        biased;
+        response = &mut response => response?,
+        ended = connection => {
+            // A server that answers and closes ends the connection in the
+            // same poll that delivered the answer: take it, or the error.
+            ended?;
+            response.await?
+        }
+    };
+    let status = response.status();
+    if status.is_success() {
+        Ok(status)
+    } else {
+        Err(CheckError::Status(status))
+    }
+}
+
+/// Health from the results of consecutive checks.
+#[derive(Debug)]
+pub struct Tracker {
+    threshold: u32,
+    failures_in_a_row: u32,
+    healthy: bool,
+}
+
+// === impl Tracker ===
+
+impl Tracker {
+    /// Unhealthy until the first pass; then unhealthy after `threshold`
+    /// failures in a row.
+    pub fn new(threshold: u32) -> Self {
+        Self {
+            threshold,
+            failures_in_a_row: 0,
+            healthy: false,
+        }
+    }
+
+    pub fn healthy(&self) -> bool {
+        self.healthy
+    }
+
+    pub fn failures_in_a_row(&self) -> u32 {
+        self.failures_in_a_row
+    }
+
+    /// Records one check; returns whether the collector counts as healthy.
+    pub fn record(&mut self, passed: bool) -> bool {
+        if passed {
+            self.failures_in_a_row = 0;
+            self.healthy = true;
+        } else {
+            self.failures_in_a_row = self.failures_in_a_row.saturating_add(1);
+            if self.failures_in_a_row >= self.threshold {
+                self.healthy = false;
+            }
+        }
+        self.healthy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    #[test]
+    fn unhealthy_until_the_first_pass_then_after_n_failures_in_a_row() {
+        let mut tracker = Tracker::new(3);
+        assert!(!tracker.healthy(), "a collector never seen is unhealthy");
+        for _ in 0..5 {
+            assert!(!tracker.record(false));
+        }
+        assert!(tracker.record(true), "one pass is enough");
+        assert!(tracker.record(false));
+        assert!(tracker.record(false));
+        assert!(tracker.record(true), "a pass resets the count");
+        assert!(tracker.record(false));
+        assert!(tracker.record(false));
+        assert!(!tracker.record(false), "the third failure in a row");
+        assert!(tracker.record(true));
+    }
+
+    #[test]
+    fn only_http_urls_with_a_host_are_accepted() {
+        let uri = parse_url("http://127.0.0.1:5066/stats").unwrap();
+        assert_eq!(uri.port_u16(), Some(5066));
+        assert!(parse_url("http://collector/").is_ok());
+        for bad in [
+            "https://127.0.0.1:5066/stats",
+            "127.0.0.1:5066",
+            "/stats",
+            "http://",
+            "not a url",
+            "",
+        ] {
+            assert!(parse_url(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// A one-shot server answering every connection with `answer` (raw
+    /// bytes; `None`: close without answering, `Some("")`: never answer).
+    async fn endpoint(answer: Option<&'static str>) -> Uri {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    let _ = socket.read(&mut buf).await;
+                    match answer {
+                        None => {}
+                        Some("") => std::future::pending().await,
+                        Some(raw) => {
+                            let _ = socket.write_all(raw.as_bytes()).await;
+                        }
+                    }
+                });
+            }
+        });
+        format!("http://{addr}/stats").parse().unwrap()
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[tokio::test]
+    async fn any_2xx_passes_and_anything_else_fails() {
+        let ok = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+        let no_content = "HTTP/1.1 204 No Content\r\n\r\n";
+        assert_eq!(check(&endpoint(Some(ok)).await, SECOND).await.unwrap(), 200);
+        assert_eq!(
+            check(&endpoint(Some(no_content)).await, SECOND)
+                .await
+                .unwrap(),
+            204
+        );
+        for (raw, status) in [
+            (
+                "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n",
+                500,
+            ),
+            (
+                "HTTP/1.1 301 Moved\r\nlocation: /x\r\ncontent-length: 0\r\n\r\n",
+                301,
+            ),
+            ("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n", 404),
+        ] {
+            match check(&endpoint(Some(raw)).await, SECOND).await {
+                Err(CheckError::Status(s)) => assert_eq!(s, status),
+                other => panic!("{raw:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_a_closed_and_a_hung_connection_fail() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let refused: Uri = format!("http://{}/", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        drop(listener);
+        assert!(matches!(
+            check(&refused, SECOND).await,
+            Err(CheckError::Connect { .. })
+        ));
+        let closed = check(&endpoint(None).await, SECOND).await;
+        assert!(matches!(closed, Err(CheckError::Http(_))), "{closed:?}");
+        let limit = Duration::from_millis(200);
+        let started = std::time::Instant::now();
+        let hung = check(&endpoint(Some("")).await, limit).await;
+        assert!(matches!(hung, Err(CheckError::Timeout(_))), "{hung:?}");
+        assert!(started.elapsed() < limit * 5, "bounded by the timeout");
+    }
+}
