@@ -51,7 +51,7 @@ impl Default for Limits {
         Self {
             header_read_timeout: Duration::from_secs(5),
             max_header_bytes: 16 * 1024,
-            max_connections: 512,
+            max_connections: 128,
             write_timeout: Duration::from_secs(30),
         }
     }
@@ -104,7 +104,7 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
+        let header_read_timeout = limits.header_read_timeout;
         // The router, marking the connection busy while a request is served,
         // including while its body (a stream) is being sent.
         let (router, busy_slot) = (router.clone(), slot.clone());
@@ -115,9 +115,21 @@ pub async fn serve(
                 Ok::<_, Infallible>(response.map(|body| Body::new(Tracked { body, _busy: busy })))
             }
         });
-        let connection = http.serve_connection(io, service);
-        let shutdown = shutdown.clone();
+        let (http, shutdown) = (http.clone(), shutdown.clone());
         connections.spawn(async move {
+            // Until the first byte, a connection costs a socket and this
+            // small task, not hyper's buffers.
+            let first_byte = tokio::time::timeout(header_read_timeout, stream.readable());
+            let readable = tokio::select! {
+                readable = first_byte => matches!(readable, Ok(Ok(()))),
+                () = slot.evicted.cancelled() => false,
+                () = shutdown.cancelled() => false,
+            };
+            if !readable {
+                return slot.close();
+            }
+            let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
+            let connection = http.serve_connection(io, service);
             let mut connection = std::pin::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}
@@ -127,7 +139,7 @@ pub async fn serve(
                     let _ = connection.await;
                 }
             }
-            slot.closed.store(true, Ordering::Relaxed);
+            slot.close();
         });
     }
     drop(listener);
@@ -168,6 +180,12 @@ impl Table {
         let slot = Arc::new(Slot::default());
         open.push_back(slot.clone());
         Some(slot)
+    }
+}
+
+impl Slot {
+    fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
     }
 }
 

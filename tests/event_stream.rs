@@ -29,6 +29,15 @@ struct Served {
 }
 
 async fn serve(max_subscribers: usize, keep_alive: Duration) -> Served {
+    serve_with(
+        max_subscribers,
+        keep_alive,
+        Limits::for_gate(max_subscribers),
+    )
+    .await
+}
+
+async fn serve_with(max_subscribers: usize, keep_alive: Duration, limits: Limits) -> Served {
     let events = EventLog::new("me", 1024, 256);
     let metrics = Arc::new(Metrics::new("ns", "demo"));
     let (publisher, state) = Publisher::new(events.clone(), metrics.clone());
@@ -53,7 +62,7 @@ async fn serve(max_subscribers: usize, keep_alive: Duration) -> Served {
         listener,
         http::gate_router(app),
         stop.clone(),
-        Limits::for_gate(max_subscribers),
+        limits,
     ));
     Served {
         addr,
@@ -319,6 +328,60 @@ async fn a_stalled_subscriber_delays_no_other_subscriber_and_is_told_it_lagged()
             .unwrap();
         window.drain(..keep);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_whose_socket_accepts_nothing_is_disconnected_and_frees_its_slot() {
+    let limits = Limits {
+        write_timeout: SECOND,
+        ..Limits::for_gate(1)
+    };
+    let served = serve_with(1, Duration::from_secs(15), limits).await;
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(1024).unwrap();
+    let mut stalled = socket.connect(served.addr).await.unwrap();
+    stalled
+        .write_all(b"GET /events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+        .await
+        .unwrap();
+    // The one slot is taken.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(EventClient::connect(served.addr, None).await.status, 503);
+    // Fill its socket buffers and keep publishing: the writes stall.
+    let padding = "x".repeat(4000);
+    let started = Instant::now();
+    let freed = loop {
+        for i in 0..200 {
+            let mut big = transition(i);
+            big.term = Some(format!("{}-{padding}", big.term.unwrap()));
+            served.events.publish(big);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let probe = EventClient::connect(served.addr, None).await;
+        if probe.status == 200 {
+            break started.elapsed();
+        }
+        assert!(
+            started.elapsed() < SECOND * 20,
+            "the stalled subscriber still holds its slot"
+        );
+    };
+    println!("MEASURE stalled subscriber freed its slot after {freed:?}");
+    // It was disconnected, not merely told it lagged: its socket ends.
+    let mut buf = vec![0u8; 1 << 16];
+    let ended = tokio::time::timeout(SECOND * 10, async {
+        loop {
+            match stalled.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the stalled subscriber's connection was closed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
