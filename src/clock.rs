@@ -21,6 +21,11 @@ impl BootInstant {
         Self(boot_clock())
     }
 
+    /// The instant `since_boot` after boot: for tests that drive a clock.
+    pub const fn from_since_boot(since_boot: Duration) -> Self {
+        Self(since_boot)
+    }
+
     /// The boot-clock instant `after` from now.
     pub fn after(after: Duration) -> Self {
         Self::now().plus(after)

@@ -26,9 +26,8 @@ use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, watch};
-use tokio::time::Instant;
 
-use crate::clock::wall_micros;
+use crate::clock::{BootInstant, wall_micros};
 use crate::events::{Event, EventKind, Next, Start, Subscription, event_json};
 use crate::http::{AppState, leader_body};
 use crate::state::LeaderState;
@@ -79,8 +78,8 @@ struct EventStream {
     subscription: Subscription,
     /// The published state, to see renews (they are not transitions).
     state: watch::Receiver<LeaderState>,
-    /// The term and deadline whose validity this subscriber was last told.
-    told: Option<(String, Option<Instant>)>,
+    /// The term and validity this subscriber was last told.
+    told: Option<(String, Option<BootInstant>)>,
     queue: VecDeque<SseEvent>,
     app: AppState,
     ending: bool,
@@ -148,7 +147,7 @@ impl EventStream {
                 };
                 data["valid_for_ms"] = json!(valid_for.as_millis() as u64);
                 if let Some(term) = event.term.clone().filter(|_| !valid_for.is_zero()) {
-                    self.told = Some((term, state.deadline));
+                    self.told = Some((term, state.valid_until));
                 }
             }
             EventKind::StoppedLeading => self.told = None,
@@ -167,8 +166,8 @@ impl EventStream {
         };
         match &self.told {
             // Told this very validity already.
-            Some((told_term, told_deadline))
-                if *told_term == term && *told_deadline == state.deadline =>
+            Some((told_term, told_until))
+                if *told_term == term && *told_until == state.valid_until =>
             {
                 return;
             }
@@ -186,7 +185,7 @@ impl EventStream {
             "valid_for_ms": state.valid_for().as_millis() as u64,
             "published_at_us": wall_micros(),
         });
-        self.told = Some((term, state.deadline));
+        self.told = Some((term, state.valid_until));
         self.queue
             .push_back(SseEvent::default().event("renewed").data(data.to_string()));
     }
@@ -203,7 +202,7 @@ impl EventStream {
             .term
             .clone()
             .filter(|_| leading)
-            .map(|term| (term, state.deadline));
+            .map(|term| (term, state.valid_until));
         body["may_have_missed_events"] = json!(missed);
         body["published_at_us"] = json!(wall_micros());
         let id = self.app.events.id_of(state.seq);

@@ -177,7 +177,6 @@ mod tests {
             term: Some("uid/1".into()),
             since_micros: 0,
             valid_until: Some(valid_until),
-            deadline: None,
             seq: 1,
             last_stop: None,
             observed: true,

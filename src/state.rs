@@ -1,9 +1,9 @@
 //! The published leadership state: the one snapshot that readers (`/leader`,
 //! the event stream) answer from, and the election task's heartbeat.
 //!
-//! Only the election driver publishes; it maps the machine's monotonic
-//! deadline onto the boot clock, so a reader decides at read time whether a
-//! "leading" snapshot is still valid (G2).
+//! Only the election driver publishes. The machine fixes each deadline on
+//! the boot clock when its renew is sent, so a reader decides at read time
+//! whether a "leading" snapshot is still valid, suspend included (G2).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use crate::clock::{BootInstant, format_micro_time, wall_micros};
 use crate::election::Snapshot;
@@ -29,9 +28,6 @@ pub struct LeaderState {
     pub since_micros: i64,
     /// The forced step-down instant on the boot clock, while leading.
     pub valid_until: Option<BootInstant>,
-    /// The machine's monotonic deadline `valid_until` was mapped from: it
-    /// moves only on a successful renew, which is what `renewed` events tell.
-    pub deadline: Option<Instant>,
     /// The seq of the last event published (counts transitions).
     pub seq: u64,
     /// Why the last term ended.
@@ -50,7 +46,6 @@ impl LeaderState {
             term: None,
             since_micros: wall_micros(),
             valid_until: None,
-            deadline: None,
             seq: 0,
             last_stop: None,
             observed: false,
@@ -124,18 +119,7 @@ impl Publisher {
     /// Publishes `snapshot` if anything a reader sees changed, with an event
     /// for each transition (stopped before new-leader before started).
     pub fn publish(&self, snapshot: &Snapshot) {
-        // Read the boot clock before the monotonic one: the mapped deadline
-        // can only come out early, never late.
-        let boot_now = BootInstant::now();
-        let mono_now = Instant::now();
         self.tx.send_if_modified(|state| {
-            // Map a deadline once, when it is new: re-mapping an unchanged one
-            // would wake every reader for nothing (and could only move later).
-            let valid_until = match snapshot.deadline {
-                Some(deadline) if state.deadline == Some(deadline) => state.valid_until,
-                Some(deadline) => Some(boot_now.plus(deadline.saturating_duration_since(mono_now))),
-                None => None,
-            };
             let term = snapshot.term.as_ref().map(|t| t.to_string());
             let transitions = self.transitions(state, snapshot, &term);
             for transition in &transitions {
@@ -154,8 +138,9 @@ impl Publisher {
                 } else {
                     wall_micros()
                 },
-                valid_until,
-                deadline: snapshot.deadline,
+                // Fixed on the boot clock when the renew was sent (G2): it
+                // moves only on a successful renew, which `renewed` tells.
+                valid_until: snapshot.valid_until,
                 seq: self.events.last_seq(),
                 last_stop: snapshot.last_stop.map(|r| r.as_str()),
                 observed: snapshot.observed,
@@ -255,6 +240,7 @@ mod tests {
             term: None,
             holder: holder.map(str::to_owned),
             deadline: None,
+            valid_until: None,
             last_stop: None,
             observed: true,
             collector_healthy: None,

@@ -318,6 +318,7 @@ impl Driver {
 fn now() -> Now {
     Now {
         instant: Instant::now(),
+        boot: BootInstant::now(),
         wall_micros: wall_micros(),
     }
 }

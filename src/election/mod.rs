@@ -29,6 +29,7 @@ use kube::api::DynamicObject;
 use tokio::time::Instant;
 
 use crate::api_error::ApiError;
+use crate::clock::BootInstant;
 use crate::lease::{self, Lease, TermId};
 
 /// Static settings of one candidate.
@@ -42,11 +43,13 @@ pub struct Settings {
     pub retry_period: Duration,
 }
 
-/// The time of an input: the monotonic instant everything is judged on, and
-/// the wall clock, used only to write `renewTime` for humans (G3).
+/// The time of an input: the monotonic instant everything is judged on; the
+/// boot clock, which also counts suspend, for the validity readers see (G2);
+/// and the wall clock, used only to write `renewTime` for humans (G3).
 #[derive(Clone, Copy, Debug)]
 pub struct Now {
     pub instant: Instant,
+    pub boot: BootInstant,
     pub wall_micros: i64,
 }
 
@@ -149,6 +152,9 @@ pub enum Role {
         term: TermId,
         /// `last successful renew sent + renew_deadline` (G2).
         deadline: Instant,
+        /// The same on the boot clock, fixed when the renew was sent: a
+        /// suspend after that can only bring it nearer, never move it later.
+        valid_until: BootInstant,
         /// When the next renew is due.
         renew_at: Instant,
     },
@@ -163,6 +169,8 @@ pub struct Snapshot {
     pub holder: Option<String>,
     /// The forced step-down instant while leading.
     pub deadline: Option<Instant>,
+    /// The same on the boot clock, as readers judge it.
+    pub valid_until: Option<BootInstant>,
     /// Why the last term ended, if one did.
     pub last_stop: Option<StopReason>,
     /// The API server answered at least once.
@@ -199,6 +207,7 @@ struct View {
 struct OwnWrite {
     renew_micros: i64,
     sent_at: Instant,
+    sent_boot: BootInstant,
     purpose: Purpose,
 }
 
@@ -208,6 +217,7 @@ enum Pending {
     Write {
         purpose: Purpose,
         sent_at: Instant,
+        sent_boot: BootInstant,
         base_rv: Option<String>,
     },
     Read,
@@ -326,7 +336,7 @@ impl Election {
                 }
             }
         }
-        self.enforce_deadline(now.instant);
+        self.enforce_deadline(now);
         self.next_request(now, &mut actions);
         actions
     }
@@ -346,6 +356,7 @@ impl Election {
         self.pending = Some(Pending::Write {
             purpose: Purpose::Release,
             sent_at: now.instant,
+            sent_boot: now.boot,
             base_rv: lease.resource_version().map(str::to_owned),
         });
         Some(Write {
@@ -394,9 +405,19 @@ impl Election {
 
     /// The facts to publish, as of `now`.
     pub fn snapshot(&self, now: Instant) -> Snapshot {
-        let (leading, term, deadline) = match &self.role {
-            Role::Leading { term, deadline, .. } => (true, Some(term.clone()), Some(*deadline)),
-            Role::Following => (false, None, None),
+        let (leading, term, deadline, valid_until) = match &self.role {
+            Role::Leading {
+                term,
+                deadline,
+                valid_until,
+                ..
+            } => (
+                true,
+                Some(term.clone()),
+                Some(*deadline),
+                Some(*valid_until),
+            ),
+            Role::Following => (false, None, None, None),
         };
         let holder = if leading {
             Some(self.settings.identity.clone())
@@ -413,6 +434,7 @@ impl Election {
             term,
             holder,
             deadline,
+            valid_until,
             last_stop: self.last_stop,
             observed: self.view.is_some(),
             collector_healthy: self.collector_healthy,
@@ -519,12 +541,17 @@ impl Election {
         match (&mut self.role, own) {
             (
                 Role::Leading {
-                    deadline, renew_at, ..
+                    deadline,
+                    valid_until,
+                    renew_at,
+                    ..
                 },
                 Some(write),
             ) => {
                 // Still ours; a write we had no answer for counts from when it was sent.
                 *deadline = (*deadline).max(write.sent_at + self.settings.renew_deadline);
+                *valid_until =
+                    (*valid_until).max(write.sent_boot.plus(self.settings.renew_deadline));
                 *renew_at = (*renew_at).max(write.sent_at + self.settings.retry_period);
                 if write.purpose == Purpose::Renew {
                     self.not_before = None;
@@ -545,7 +572,7 @@ impl Election {
             {
                 // Our acquisition committed though its response was lost.
                 let lease = view.lease.as_ref().expect("an own record has a lease");
-                self.start_leading(lease.term_id(), write.sent_at);
+                self.start_leading(lease.term_id(), write.sent_at, write.sent_boot);
             }
             (Role::Following, _) => {}
         }
@@ -611,6 +638,7 @@ impl Election {
         let Some(Pending::Write {
             purpose,
             sent_at,
+            sent_boot,
             base_rv,
         }) = self.pending.take()
         else {
@@ -647,14 +675,19 @@ impl Election {
                             && self.collector_healthy()
                             && !self.is_leading() =>
                     {
-                        self.start_leading(term, sent_at);
+                        self.start_leading(term, sent_at, sent_boot);
                     }
                     Purpose::Renew => {
                         if let Role::Leading {
-                            deadline, renew_at, ..
+                            deadline,
+                            valid_until,
+                            renew_at,
+                            ..
                         } = &mut self.role
                         {
                             *deadline = (*deadline).max(sent_at + self.settings.renew_deadline);
+                            *valid_until =
+                                (*valid_until).max(sent_boot.plus(self.settings.renew_deadline));
                             *renew_at = sent_at + self.settings.retry_period;
                         }
                     }
@@ -735,10 +768,11 @@ impl Election {
 
     // --- role changes ---
 
-    fn start_leading(&mut self, term: TermId, sent_at: Instant) {
+    fn start_leading(&mut self, term: TermId, sent_at: Instant, sent_boot: BootInstant) {
         self.role = Role::Leading {
             term,
             deadline: sent_at + self.settings.renew_deadline,
+            valid_until: sent_boot.plus(self.settings.renew_deadline),
             renew_at: sent_at + self.settings.retry_period,
         };
         self.acquire_at = None;
@@ -752,9 +786,15 @@ impl Election {
         }
     }
 
-    fn enforce_deadline(&mut self, now: Instant) {
-        if let Role::Leading { deadline, .. } = self.role
-            && now >= deadline
+    fn enforce_deadline(&mut self, now: Now) {
+        // Either clock may be the first to pass: the boot clock after a
+        // suspend, which the monotonic one did not count.
+        if let Role::Leading {
+            deadline,
+            valid_until,
+            ..
+        } = self.role
+            && (now.instant >= deadline || now.boot >= valid_until)
         {
             let reason = if self.renew_unreachable {
                 StopReason::ApiUnreachable
@@ -895,11 +935,13 @@ impl Election {
         self.own_writes.push_back(OwnWrite {
             renew_micros,
             sent_at: now.instant,
+            sent_boot: now.boot,
             purpose,
         });
         self.pending = Some(Pending::Write {
             purpose,
             sent_at: now.instant,
+            sent_boot: now.boot,
             base_rv,
         });
     }

@@ -20,6 +20,9 @@ struct Harness {
     /// The last object "stored on the server" and its resourceVersion.
     server: Option<Lease>,
     rv: u64,
+    /// Time the machine spent suspended: the boot clock counts it, the
+    /// monotonic one does not.
+    suspended: Duration,
 }
 
 fn settings(identity: &str) -> Settings {
@@ -40,12 +43,16 @@ impl Harness {
             t0: Instant::now(),
             server: None,
             rv: 100,
+            suspended: Duration::ZERO,
         }
     }
 
     fn now(&self, secs: f64) -> Now {
         Now {
             instant: self.t0 + Duration::from_secs_f64(secs),
+            boot: BootInstant::from_since_boot(
+                Duration::from_secs(1000) + Duration::from_secs_f64(secs) + self.suspended,
+            ),
             wall_micros: 1_800_000_000 * SECOND + (secs * SECOND as f64) as i64,
         }
     }
@@ -172,6 +179,59 @@ fn the_leader_renews_every_retry_period_and_each_success_extends_the_deadline() 
     let stored = h.accept(&renew[0]);
     h.feed(Input::Written(Ok(stored)), t + 2.05);
     assert!((h.deadline_secs() - (t + 12.0)).abs() < 1e-6);
+}
+
+#[test]
+fn validity_is_fixed_on_the_boot_clock_when_the_renew_is_sent_and_a_suspend_ends_it() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let boot = |h: &Harness, secs: f64| h.now(secs).boot;
+    // Sent at t: valid until t + renew_deadline on the boot clock.
+    let sent = boot(&h, t);
+    assert_eq!(
+        h.snapshot(t + 0.1).valid_until,
+        Some(sent.plus(Duration::from_secs(10)))
+    );
+    // A renew sent at t+2, answered after a 30 s suspend (the boot clock
+    // counted it, the monotonic one did not): it extends validity from when
+    // it was *sent*, not from when its answer was handled.
+    let renew = h.tick(t + 2.0);
+    let renew_sent = boot(&h, t + 2.0);
+    h.suspended = Duration::from_secs(30);
+    let stored = h.accept(&renew[0]);
+    h.feed(Input::Written(Ok(stored)), t + 2.05);
+    assert!(
+        !h.election.is_leading(),
+        "the boot clock passed the deadline during the suspend"
+    );
+    assert_eq!(
+        h.snapshot(t + 2.05).last_stop,
+        Some(StopReason::RenewDeadline)
+    );
+    assert_eq!(h.snapshot(t + 2.05).valid_until, None);
+    // Without a suspend the same renew extends validity from its sending.
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let renew = h.tick(t + 2.0);
+    let renew_sent_here = boot(&h, t + 2.0);
+    let stored = h.accept(&renew[0]);
+    h.feed(Input::Written(Ok(stored)), t + 2.5);
+    assert_eq!(
+        h.snapshot(t + 2.5).valid_until,
+        Some(renew_sent_here.plus(Duration::from_secs(10)))
+    );
+    assert_eq!(renew_sent_here, renew_sent, "same clocks in both runs");
+}
+
+#[test]
+fn a_suspend_alone_ends_the_term_at_the_next_input() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    h.suspended = Duration::from_secs(11);
+    // One monotonic second later, eleven boot seconds later: a peer may
+    // already lead, so the first tick after the resume steps down.
+    h.tick(t + 1.0);
+    assert!(!h.election.is_leading());
 }
 
 #[test]
