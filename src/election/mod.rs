@@ -220,7 +220,10 @@ enum Pending {
         sent_boot: BootInstant,
         base_rv: Option<String>,
     },
-    Read,
+    Read {
+        /// The resourceVersion known when the read was sent.
+        issued_on: Option<String>,
+    },
 }
 
 /// How many own writes to remember: enough to recognise a renew whose
@@ -312,13 +315,11 @@ impl Election {
             Input::Observed(lease) => self.observe(lease, now),
             Input::Written(result) => self.written(result, now, &mut actions),
             Input::Read(result) => {
-                self.pending = None;
-                match result {
-                    Ok(lease) => {
-                        self.conflict_at = None;
-                        self.observe(lease, now);
-                    }
-                    Err(error) => self.failed(&error, now, &mut actions),
+                // Only the answer to our read in flight counts.
+                if let Some(Pending::Read { issued_on }) = &self.pending {
+                    let issued_on = issued_on.clone();
+                    self.pending = None;
+                    self.read(result, issued_on, now, &mut actions);
                 }
             }
             Input::Tick => {}
@@ -625,6 +626,33 @@ impl Election {
         }
     }
 
+    /// The answer to a fallback read sent when the version was `issued_on`.
+    fn read(
+        &mut self,
+        result: Result<Option<Lease>, ApiError>,
+        issued_on: Option<String>,
+        now: Now,
+        actions: &mut Vec<Action>,
+    ) {
+        match result {
+            // The watch showed something newer while the read was in flight
+            // (e.g. a recreated Lease): the answer is older than what we
+            // know, and a 404 in it would mark the live Lease as deleted (G1).
+            Ok(_) if self.current_version() != issued_on => self.conflict_at = None,
+            Ok(lease) => {
+                self.conflict_at = None;
+                self.observe(lease, now);
+            }
+            Err(error) => self.failed(&error, now, actions),
+        }
+    }
+
+    /// The resourceVersion of the Lease as last seen (`None`: absent).
+    fn current_version(&self) -> Option<String> {
+        let lease = self.view.as_ref()?.lease.as_ref()?;
+        lease.resource_version().map(str::to_owned)
+    }
+
     fn remember_version(&mut self, rv: &str) {
         if self.seen_versions.len() == SEEN_VERSIONS {
             self.seen_versions.pop_front();
@@ -731,7 +759,12 @@ impl Election {
                 self.conflict_at = Some(now.instant);
             }
             ApiError::TooManyRequests { retry_after } => {
-                let mut at = now.instant + retry_after.unwrap_or(retry);
+                // A server may ask for anything; a candidate that waited
+                // longer than a lease duration would miss whole terms.
+                let wait = retry_after
+                    .unwrap_or(retry)
+                    .min(self.settings.lease_duration);
+                let mut at = now.instant + wait;
                 if let Some(deadline) = self.lead_deadline() {
                     // Honour Retry-After, but keep one last try before the
                     // deadline — one, not one per 429 once it has come.
@@ -819,7 +852,9 @@ impl Election {
             // the fallback for a watch that stays silent.
             if now.instant >= conflict_at + self.settings.retry_period {
                 self.conflict_at = Some(now.instant);
-                self.pending = Some(Pending::Read);
+                self.pending = Some(Pending::Read {
+                    issued_on: self.current_version(),
+                });
                 actions.push(Action::Read {
                     timeout: self.request_timeout(now.instant),
                 });

@@ -638,6 +638,67 @@ fn a_conflict_waits_for_the_watch_and_reads_only_if_it_stays_silent() {
 }
 
 #[test]
+fn a_late_404_of_a_fallback_read_does_not_blind_the_election_to_a_recreated_lease() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a").uid("old"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    let (at, _) = h.first_write(15.0, 16.1).unwrap();
+    h.feed(
+        Input::Written(Err(ApiError::Conflict("Conflict".into()))),
+        at + 0.1,
+    );
+    let read = h.tick(at + 2.2);
+    assert!(matches!(read[..], [Action::Read { .. }]), "{read:?}");
+    // While the read is in flight the Lease is deleted and recreated by
+    // "c"; the watch shows the new one first, then the read answers 404.
+    let recreated = h.server_sets(LeaseBuilder::held_by("c").uid("new"));
+    h.feed(Input::Observed(Some(recreated)), at + 2.3);
+    h.feed(Input::Read(Ok(None)), at + 2.4);
+    assert_eq!(h.snapshot(at + 2.4).holder.as_deref(), Some("c"));
+    // The live Lease's events still count: "c" renews, "c" releases with
+    // the mark, and "b" takes it at once.
+    let renewed = h.server_sets(LeaseBuilder::held_by("c").uid("new").renewed_at(7));
+    h.feed(Input::Observed(Some(renewed)), at + 3.0);
+    let released = h.server_sets(
+        LeaseBuilder::unheld()
+            .uid("new")
+            .annotation(RELEASED_TERM_ANNOTATION, "new/0"),
+    );
+    h.feed(Input::Observed(Some(released)), at + 4.0);
+    let (_, write) = h
+        .first_write(at + 4.0, at + 5.1)
+        .expect("acquires the released Lease within the spread");
+    assert!(matches!(
+        write,
+        Action::Write(Write {
+            op: WriteOp::Replace(_),
+            purpose: Purpose::Acquire,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_follower_honours_retry_after_only_up_to_a_lease_duration() {
+    let mut h = Harness::new("b");
+    h.feed(Input::Observed(None), 0.0);
+    let (at, _) = h.first_write(0.0, 1.1).unwrap();
+    h.feed(
+        Input::Written(Err(ApiError::TooManyRequests {
+            retry_after: Some(Duration::from_secs(3600)),
+        })),
+        at + 0.1,
+    );
+    let (retried, _) = h
+        .first_write(at + 0.1, at + 17.0)
+        .expect("tries again within a lease duration, not an hour");
+    assert!(
+        retried >= at + 15.0,
+        "Retry-After honoured up to 15 s: {retried}"
+    );
+}
+
+#[test]
 fn shutdown_steps_down_then_releases_with_the_term_mark() {
     let mut h = Harness::new("me");
     let t = h.lead();
@@ -785,7 +846,11 @@ fn a_late_answer_about_a_deleted_lease_is_ignored() {
     // showed us) arrives after it.
     let late = h.server_sets(LeaseBuilder::held_by("a").uid("old").renewed_at(5));
     h.feed(Input::Read(Ok(Some(late))), 2.0);
-    assert!(h.election.next_wakeup(h.now(2.0).instant) <= Some(h.now(16.0).instant));
+    let wake = h
+        .election
+        .next_wakeup(h.now(2.0).instant)
+        .expect("a wakeup: the expiry of the deleted Lease's holder");
+    assert!(wake <= h.now(16.0).instant, "{wake:?}");
     let (_, create) = h
         .first_write(16.0, 17.1)
         .expect("creates after one duration from the delete");
