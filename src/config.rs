@@ -11,6 +11,7 @@ use crate::client::file_gate::Mapping;
 use crate::client::url::{DEFAULT_URL, GateUrl};
 use crate::collector_health;
 use crate::driver::ShutdownOptions;
+use crate::lease::MAX_IDENTITY_LEN;
 
 /// leader-gate: contends for a Kubernetes Lease and tells the collector next
 /// to it, over HTTP, whether it may do cluster-wide work right now.
@@ -191,6 +192,15 @@ pub enum LogFormat {
     Json,
 }
 
+/// The longest `--lease-duration`: far below the int32 of the API, and a
+/// day is already no failover at all.
+pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(86_400);
+/// The shortest `--retry-period`: the leader writes once per retry period,
+/// and below this the API server load stops being "near zero".
+pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(100);
+/// The most `/events` streams: each costs a few KiB and a socket.
+pub const MAX_SUBSCRIBERS: usize = 100_000;
+
 /// A configuration value that breaks a rule.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {flag}: {rule}")]
@@ -278,11 +288,28 @@ impl ServeArgs {
                 "must not be empty (set --identity, or POD_NAME through the downward API)",
             ));
         }
+        if identity.len() > MAX_IDENTITY_LEN {
+            return Err(invalid(
+                "--identity",
+                format!(
+                    "must be at most {MAX_IDENTITY_LEN} bytes (got {}): a pod name's limit, and longer holders are cut when read",
+                    identity.len()
+                ),
+            ));
+        }
         if lease_duration < Duration::from_secs(1) || lease_duration.subsec_nanos() != 0 {
             return Err(invalid(
                 "--lease-duration",
                 format!(
                     "must be whole seconds, at least 1s (got {lease_duration:?}): the Lease stores whole seconds"
+                ),
+            ));
+        }
+        if lease_duration > MAX_LEASE_DURATION {
+            return Err(invalid(
+                "--lease-duration",
+                format!(
+                    "must be at most {MAX_LEASE_DURATION:?} (got {lease_duration:?}): leaseDurationSeconds is an int32, and a day without a leader is no failover"
                 ),
             ));
         }
@@ -302,8 +329,13 @@ impl ServeArgs {
                 ),
             ));
         }
-        if retry_period.is_zero() {
-            return Err(invalid("--retry-period", "must be more than 0"));
+        if retry_period < MIN_RETRY_PERIOD {
+            return Err(invalid(
+                "--retry-period",
+                format!(
+                    "must be at least {MIN_RETRY_PERIOD:?} (got {retry_period:?}): the leader writes once per retry period"
+                ),
+            ));
         }
         if shutdown_timeout.is_zero() {
             return Err(invalid("--shutdown-timeout", "must be more than 0"));
@@ -325,8 +357,11 @@ impl ServeArgs {
                 ),
             ));
         }
-        if max_subscribers == 0 {
-            return Err(invalid("--max-subscribers", "must be at least 1"));
+        if !(1..=MAX_SUBSCRIBERS).contains(&max_subscribers) {
+            return Err(invalid(
+                "--max-subscribers",
+                format!("must be from 1 to {MAX_SUBSCRIBERS} (got {max_subscribers})"),
+            ));
         }
         if events_keep_alive.is_zero() {
             return Err(invalid("--events-keep-alive", "must be more than 0"));
@@ -442,7 +477,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
                 ));
             }
         };
-        total += Duration::try_from_secs_f64(value * scale).map_err(|e| e.to_string())?;
+        total = Duration::try_from_secs_f64(value * scale)
+            .ok()
+            .and_then(|part| total.checked_add(part))
+            .ok_or_else(|| format!("{text:?} is too long a duration"))?;
         rest = tail;
     }
     if text.is_empty() {
@@ -568,6 +606,29 @@ mod tests {
                 &["--collector-health-failures", "0"],
                 "invalid --collector-health-failures: must be at least 1",
             ),
+            (
+                &["--lease-duration", "3000000000s", "--renew-deadline", "10s"],
+                "invalid --lease-duration: must be at most",
+            ),
+            (
+                &[
+                    "--retry-period",
+                    "10ms",
+                    "--renew-deadline",
+                    "1s",
+                    "--lease-duration",
+                    "2s",
+                ],
+                "invalid --retry-period: must be at least 100ms",
+            ),
+            (
+                &["--max-subscribers", "4611686018427387904"],
+                "invalid --max-subscribers: must be from 1 to 100000",
+            ),
+            (
+                &["--identity", &"x".repeat(254)],
+                "invalid --identity: must be at most 253 bytes",
+            ),
         ];
         for (extra, expected) in cases {
             let error = args(extra).unwrap_err();
@@ -601,6 +662,8 @@ mod tests {
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("").is_err());
+        // No overflow panic on absurd input: an error naming it.
+        assert!(parse_duration("18446744073709551615s18446744073709551615s").is_err());
     }
 
     #[test]
