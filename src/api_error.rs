@@ -140,6 +140,11 @@ impl Forbidden {
 
 impl std::fmt::Display for Forbidden {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.verb.is_none() {
+            // Not an RBAC denial (a namespace being terminated, a webhook, an
+            // admission plugin): the API server's own words say it best.
+            return write!(f, "forbidden (403) by the API server: {}", self.message);
+        }
         let or = |v: &Option<String>, d: &'static str| v.clone().unwrap_or_else(|| d.to_owned());
         write!(
             f,
@@ -180,10 +185,19 @@ mod tests {
     }
 
     #[test]
-    fn an_unusual_forbidden_message_is_kept_whole() {
-        let f = Forbidden::parse("access denied by webhook");
+    fn a_forbidden_that_is_no_rbac_denial_is_told_in_the_api_servers_words() {
+        let message = "leases.coordination.k8s.io \"demo\" is forbidden: unable to create new \
+                       content in namespace monitoring because it is being terminated";
+        let f = Forbidden::parse(message);
         assert_eq!(f.verb, None);
-        assert!(f.to_string().contains("access denied by webhook"));
+        assert_eq!(
+            f.to_string(),
+            format!("forbidden (403) by the API server: {message}")
+        );
+        assert!(
+            !f.to_string().contains("may not"),
+            "not a missing permission"
+        );
     }
 
     #[test]

@@ -99,11 +99,12 @@ impl KubeLeaseStore {
             return;
         };
         let key = (verb, error.kind());
-        let loud = matches!(
+        // Contention (409, 404) and relists (410) are the normal course.
+        let ordinary = matches!(
             error,
-            ApiError::Forbidden(_) | ApiError::Unauthorized | ApiError::Invalid { .. }
+            ApiError::Conflict(_) | ApiError::NotFound | ApiError::Gone
         );
-        if !loud || !episodes.insert(key) {
+        if ordinary || !episodes.insert(key) {
             tracing::debug!(verb, %error, "lease API call failed");
             return;
         }
@@ -112,9 +113,13 @@ impl KubeLeaseStore {
                 verb, %error,
                 "BUG: the API server rejected leader-gate's request; please report this"
             ),
-            _ => tracing::warn!(
+            ApiError::Forbidden(_) | ApiError::Unauthorized => tracing::warn!(
                 verb, namespace = %self.namespace, lease = %self.name, %error,
                 "cannot {verb} the lease; retrying with backoff and never leading meanwhile"
+            ),
+            _ => tracing::warn!(
+                verb, namespace = %self.namespace, lease = %self.name, %error,
+                "the API server does not answer {verb} requests; retrying with backoff (a leader steps down at its renew deadline)"
             ),
         }
     }

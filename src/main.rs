@@ -348,7 +348,12 @@ fn hostname() -> Option<String> {
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // kube's own crates repeat every failed request (a watch refused
+        // every 1.5 s, a refused connection every few seconds); leader-gate
+        // says each once per episode in its own words. RUST_LOG overrides.
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("info,kube_client=off,kube_runtime=off")
+        });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

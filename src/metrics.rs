@@ -72,7 +72,7 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "api_requests",
-            "Lease API requests by verb and outcome (ok, conflict, forbidden, not_found, timeout, error)",
+            "Lease API requests by verb and outcome (ok, conflict, forbidden, unauthorized, not_found, gone, throttled, invalid, timeout, error)",
             requests.clone(),
         );
         let renew_latency =
@@ -142,11 +142,7 @@ impl Metrics {
     pub fn api_request(&self, verb: &'static str, result: Result<(), &ApiError>) {
         let outcome = match result {
             Ok(()) => "ok",
-            Err(ApiError::Conflict(_)) => "conflict",
-            Err(ApiError::Forbidden(_)) => "forbidden",
-            Err(ApiError::NotFound) => "not_found",
-            Err(ApiError::Timeout(_)) => "timeout",
-            Err(_) => "error",
+            Err(error) => error.kind(),
         };
         self.requests
             .get_or_create(&RequestLabels { verb, outcome })

@@ -624,9 +624,22 @@ async fn a_candidate_started_without_an_api_server_serves_and_leads_once_it_appe
     assert_eq!(sidecar.admin_get("/healthz").await.unwrap().status, 200);
     assert_eq!(sidecar.admin_get("/readyz").await.unwrap().status, 503);
     assert_eq!(sidecar.admin_get("/leader").await.unwrap().status, 503);
+    // Several failed watch attempts (backoff from 0.8 s): said once, loudly.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let warned = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("WARN") && l.contains("does not answer watch requests"))
+            .count()
+    };
+    assert_eq!(warned(&sidecar.log()), 1, "log:\n{}", sidecar.log());
     cluster.api.restart().await;
     sidecar.wait_leading(Duration::from_secs(40)).await;
     assert_eq!(sidecar.admin_get("/readyz").await.unwrap().status, 200);
+    assert_eq!(warned(&sidecar.log()), 1);
+    assert!(
+        sidecar.log().contains("lease API call succeeds again"),
+        "the end of the episode is said too"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
