@@ -11,6 +11,7 @@ fn run(args: &[&str]) -> (Option<i32>, String) {
         .env("KUBECONFIG", "/nonexistent/kubeconfig")
         .env_remove("POD_NAME")
         .env_remove("POD_NAMESPACE")
+        .env_remove("LEADER_GATE_URL")
         .output()
         .expect("run leader-gate");
     (
@@ -203,4 +204,39 @@ fn install_copies_a_runnable_binary_for_images_without_cp() {
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn client_command_lines_exit_64_naming_the_flag() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["exec", "--url", "http://127.0.0.1:4040"], "<COMMAND>"),
+        (
+            &["exec", "--url", "http://127.0.0.1:4040", "--"],
+            "<COMMAND>",
+        ),
+        (
+            &["exec", "--url", "https://127.0.0.1:4040", "--", "true"],
+            "--url",
+        ),
+        (&["exec", "--grace", "soon", "--", "true"], "--grace"),
+        (&["status", "--url", "127.0.0.1:4040"], "--url"),
+        (&["wait", "--url", "ftp://127.0.0.1:4040"], "--url"),
+        (&["wait", "--timeout", "soon"], "--timeout"),
+        (&["watch", "--url", ""], "--url"),
+        (&["file-gate", "--url", "localhost", "a:b"], "--url"),
+    ];
+    for (args, expected) in cases {
+        let (code, stderr) = run(args);
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{args:?}: one line, got:\n{stderr}"
+        );
+        assert!(stderr.starts_with("leader-gate: "), "{stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: {stderr:?} lacks {expected:?}"
+        );
+    }
 }

@@ -5,6 +5,7 @@
 
 pub mod events;
 pub mod fake_apiserver;
+pub mod gate_clients;
 pub mod health;
 pub mod monitor;
 pub mod prometheus;
