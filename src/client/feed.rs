@@ -5,7 +5,8 @@
 //! leadership is valid until *receive time + `valid_for_ms`* of the latest
 //! `state`, `started-leading` or `renewed` that confirmed it, and ends at
 //! once on `stopped-leading`. A lost stream ends nothing by itself; the
-//! expiry does.
+//! expiry does. (A message delivered late counts as old as it is: its age
+//! since `published_at_us` is taken off its validity.)
 //!
 //! The feed reconnects on its own (with `Last-Event-ID`, so nothing the
 //! sidecar still holds is missed) and never ends. Validity is kept on the
@@ -22,7 +23,7 @@ use tokio::time::{Instant, sleep_until};
 
 use crate::client::sse::{SseMessage, SseParser};
 use crate::client::url::GateUrl;
-use crate::clock::BootInstant;
+use crate::clock::{BootInstant, wall_micros};
 
 /// Reconnect when not even a keep-alive arrived for this long (three of the
 /// sidecar's default 15 s keep-alive intervals).
@@ -233,8 +234,19 @@ impl Feed {
             self.last_id.clone_from(&message.sse.id);
         }
         let data = &message.data;
+        // A message held back on the way (a stalled proxy) is as old as its
+        // publication: the sidecar shares this node's clock, so count its
+        // age against the validity. A wall clock stepped back makes the age
+        // 0 (receive time rules); stepped forward, validity only shrinks.
+        let age_ms = data["published_at_us"]
+            .as_i64()
+            .map_or(0, |published| (wall_micros() - published).max(0) / 1000)
+            as u64;
         let confirmed = || {
-            let valid_for = data["valid_for_ms"].as_u64().unwrap_or(0);
+            let valid_for = data["valid_for_ms"]
+                .as_u64()
+                .unwrap_or(0)
+                .saturating_sub(age_ms);
             let term = data["term"].as_str()?;
             (valid_for > 0).then(|| Validity {
                 term: term.to_owned(),
@@ -326,6 +338,35 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         feed.apply(&json_msg("renewed", "u/3", 1), long_ago);
         assert_eq!(feed.leading(), None, "validity counted from receipt");
+    }
+
+    #[test]
+    fn a_message_held_back_on_the_way_counts_as_old_as_it_is() {
+        let mut feed = feed();
+        let now = BootInstant::now();
+        let held_for = 2_000;
+        let stale = message(
+            "renewed",
+            serde_json::json!({
+                "term": "u/1",
+                "valid_for_ms": 3_000,
+                "published_at_us": wall_micros() - held_for * 1000,
+            }),
+        );
+        feed.apply(&stale, now);
+        let until = feed.leading().expect("still valid for about 1 s").until;
+        assert!(until <= now.plus(Duration::from_millis(1_000)), "{until:?}");
+        let too_stale = message(
+            "renewed",
+            serde_json::json!({
+                "term": "u/1",
+                "valid_for_ms": 1_000,
+                "published_at_us": wall_micros() - 5_000_000,
+            }),
+        );
+        let mut feed = self::feed();
+        feed.apply(&too_stale, now);
+        assert_eq!(feed.leading(), None, "held back longer than its validity");
     }
 
     #[test]
