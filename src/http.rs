@@ -110,6 +110,11 @@ async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Response {
         .filter_map(|value| value.to_str().ok())
         .collect();
     let format = Format::negotiate((!accept.is_empty()).then(|| accept.join(",")).as_deref());
+    // Leading as /leader would answer now, not as last published: a stuck
+    // election must not keep the gauge at 1 past its deadline (G2).
+    let state = app.state.borrow().clone();
+    app.metrics
+        .state(state.leading_now(), state.holder.is_some());
     (
         [
             (header::CONTENT_TYPE, format.content_type()),
@@ -281,6 +286,23 @@ mod tests {
 
     fn samples(exposition: &str) -> Vec<&str> {
         exposition.lines().filter(|l| !l.starts_with('#')).collect()
+    }
+
+    #[tokio::test]
+    async fn the_leading_gauge_follows_the_read_time_deadline() {
+        let live = app(leading(BootInstant::after(Duration::from_secs(5))));
+        let (_, _, text) = get_metrics(live, &[]).await;
+        assert!(
+            text.contains("leader_gate_leading{lease=\"ns/demo\"} 1"),
+            "{text}"
+        );
+        // Published as leading, but the deadline has passed: no 1 any more.
+        let stale = app(leading(BootInstant::now()));
+        let (_, _, text) = get_metrics(stale, &[]).await;
+        assert!(
+            text.contains("leader_gate_leading{lease=\"ns/demo\"} 0"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

@@ -4,6 +4,7 @@
 //!
 //! - 0: clean shutdown after SIGTERM/SIGINT
 //! - 64 (EX_USAGE): an invalid flag, named in one line
+//! - 70 (EX_SOFTWARE): the election task ended unexpectedly (a bug)
 //! - 71 (EX_OSERR): a listener could not be bound
 //! - 73 (EX_CANTCREAT): `install` could not write its copy
 //! - 78 (EX_CONFIG): no usable kube configuration (kubeconfig / in-cluster)
@@ -40,6 +41,7 @@ const EVENT_HISTORY: usize = 1024;
 /// Events a subscriber may fall behind before it is told it lagged.
 const EVENT_BUFFER: usize = 256;
 const EX_OSERR: u8 = 71;
+const EX_SOFTWARE: u8 = 70;
 const EX_CANTCREAT: u8 = 73;
 const EX_CONFIG: u8 = 78;
 
@@ -195,7 +197,21 @@ async fn serve(config: ServeConfig) -> ExitCode {
         collector_health,
     ));
 
-    let first = signals.next().await;
+    let mut driver = driver;
+    let first = match signal_or_end(signals.next(), &mut driver).await {
+        Ok(first) => first,
+        Err(why) => {
+            // The election can only end on cancellation: anything else (a
+            // panic) leaves a process that can never lead again. Say so and
+            // exit non-zero, so the kubelet restarts it and counts it.
+            tracing::error!("BUG: the election task ended ({why}); exiting");
+            stop_serving.cancel();
+            for server in servers {
+                let _ = tokio::time::timeout(SERVER_GRACE, server).await;
+            }
+            return ExitCode::from(EX_SOFTWARE);
+        }
+    };
     tracing::info!(
         signal = first.name,
         "shutting down: stepping down, then releasing the lease"
@@ -217,6 +233,21 @@ async fn serve(config: ServeConfig) -> ExitCode {
     }
     tracing::info!("stopped");
     ExitCode::SUCCESS
+}
+
+/// The first signal, or why the election task ended before one came.
+async fn signal_or_end<T>(
+    signal: impl Future<Output = T>,
+    task: &mut tokio::task::JoinHandle<()>,
+) -> Result<T, String> {
+    tokio::select! {
+        first = signal => Ok(first),
+        ended = task => Err(match ended {
+            Err(error) if error.is_panic() => format!("it panicked: {error}"),
+            Err(error) => error.to_string(),
+            Ok(()) => "it returned".to_owned(),
+        }),
+    }
 }
 
 /// The client subcommands: they know the sidecar only through its gate listener.
@@ -361,5 +392,20 @@ fn init_logging(format: LogFormat) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_election_task_is_noticed_before_any_signal() {
+        let mut task = tokio::spawn(async { panic!("boom") });
+        let never = std::future::pending::<()>();
+        let why = signal_or_end(never, &mut task).await.unwrap_err();
+        assert!(why.contains("panicked"), "{why}");
+        let mut running = tokio::spawn(std::future::pending::<()>());
+        assert_eq!(signal_or_end(async { 15 }, &mut running).await, Ok(15));
     }
 }
