@@ -778,3 +778,56 @@ fn the_overlap_monitor_flags_an_old_leader_answering_after_a_new_one() {
     let caught = std::panic::catch_unwind(|| assert_no_overlap(&overlap));
     assert!(caught.is_err(), "the monitor must flag two leaders");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_list_and_watch_denied_reads_take_the_watchs_place_and_it_still_leads_and_hands_over()
+{
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    for name in ["a", "b"] {
+        api.set_fault(
+            name,
+            Fault::on(&[Verb::List, Verb::Watch], FaultKind::Status(403)),
+        );
+    }
+    let timing = Timing::FAST;
+    let mut cluster = Cluster::start_with(api, "watch-denied", &["a", "b"], timing).await;
+    let (leader, probe) = cluster.wait_leader(timing.lease * 4).await;
+    let term = probe.term().unwrap().to_owned();
+    let follower = if leader == "a" { "b" } else { "a" };
+    // It said loudly what it does instead, once.
+    let warned = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("reading the lease every retry period instead"))
+            .count()
+    };
+    assert_eq!(warned(&cluster.sidecar(&leader).log()), 1);
+    // Reads keep the follower informed: a SIGTERM hand-over still reaches it.
+    cluster.sidecar(&leader).signal(libc::SIGTERM);
+    cluster
+        .sidecar_mut(&leader)
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("the old leader exits");
+    let new = cluster
+        .sidecar(follower)
+        .wait_leading(timing.lease * 3)
+        .await;
+    assert_ne!(new.term(), Some(term.as_str()));
+    assert_eq!(warned(&cluster.sidecar(follower).log()), 1);
+    // Fallback reads are paced: at most one per retry period (plus the
+    // machine's own reads), not a loop.
+    let gets = cluster
+        .requests(follower)
+        .iter()
+        .filter(|r| r.verb == Verb::Get)
+        .count();
+    let lived = cluster
+        .api
+        .requests()
+        .first()
+        .map(|r| r.at.elapsed())
+        .unwrap();
+    let most = (lived.as_secs_f64() / timing.retry.as_secs_f64()).ceil() as usize + 3;
+    assert!(gets <= most, "{gets} GETs in {lived:?}");
+    cluster.assert_no_overlap();
+}

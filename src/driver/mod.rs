@@ -98,8 +98,12 @@ impl Driver {
         let mut restarts = 0u32;
         // Wake at least once per retry period so the heartbeat shows a live loop.
         let max_sleep = self.election.settings().retry_period;
+        let mut silence = WatchSilence::default();
         loop {
             heartbeat.beat();
+            let read_at = silence
+                .read_due(max_sleep)
+                .filter(|_| self.inflight.is_none());
             let cap = Instant::now() + max_sleep;
             let wake = self
                 .election
@@ -124,6 +128,7 @@ impl Driver {
                 item = watch.next() => match item {
                     Some(Ok(lease)) => {
                         restarts = 0;
+                        silence.heard();
                         Input::Observed(lease)
                     }
                     Some(Err(ApiError::Unauthorized)) => {
@@ -135,6 +140,7 @@ impl Driver {
                     Some(Err(error)) => {
                         self.publisher.metrics().api_request("watch", Err(&error));
                         tracing::debug!(%error, "lease watch failed; it retries with backoff");
+                        silence.failed(&error);
                         continue;
                     }
                     None => {
@@ -143,10 +149,39 @@ impl Driver {
                         continue;
                     }
                 },
+                () = sleep_until(read_at.unwrap_or(wake)), if read_at.is_some() => {
+                    self.inflight = Some(self.read_for(silence.read()));
+                    continue;
+                }
                 () = sleep_until(wake) => Input::Tick,
             };
             self.step(input).await;
         }
+    }
+
+    /// A GET in place of a watch that keeps failing: what it finds is an
+    /// observation like the watch's (`why` is the watch's last error).
+    fn read_for(&self, why: Option<String>) -> BoxFuture<'static, Input> {
+        if let Some(why) = why {
+            tracing::warn!(
+                error = %why,
+                "the lease watch keeps failing: reading the lease every retry period instead (grant list and watch on the lease to go back to watching)"
+            );
+        }
+        let get = self.store.get();
+        let timeout = self.election.settings().renew_deadline / 2;
+        let publisher = self.publisher.clone();
+        Box::pin(async move {
+            let result = with_timeout(timeout, get).await;
+            publisher
+                .metrics()
+                .api_request("get", result.as_ref().map(|_| ()));
+            match result {
+                Ok(lease) => Input::Observed(lease),
+                // Said by the store once per episode; nothing learnt.
+                Err(_) => Input::Tick,
+            }
+        })
     }
 
     /// Re-reads credentials, bounded by a retry period: an exec plugin that
@@ -364,6 +399,54 @@ fn log_transition(before: &Snapshot, after: &Snapshot, identity: &str) {
     }
     if before.holder != after.holder && !after.leading {
         tracing::info!(holder = after.holder.as_deref(), "observed leader changed");
+    }
+}
+
+/// How long the watch has failed without a word: after [`SILENT_PERIODS`]
+/// retry periods (list or watch denied while get and update are allowed, a
+/// proxy that breaks watches) the election reads the Lease every retry
+/// period instead, so it keeps contending.
+#[derive(Debug, Default)]
+struct WatchSilence {
+    failing_since: Option<Instant>,
+    last_error: Option<String>,
+    /// When the last fallback read went out.
+    read_at: Option<Instant>,
+    /// The fallback was announced in this episode.
+    announced: bool,
+}
+
+/// Retry periods of a failing watch before reads take its place.
+const SILENT_PERIODS: u32 = 3;
+
+impl WatchSilence {
+    fn heard(&mut self) {
+        if self.announced {
+            tracing::info!("the lease watch works again; no more fallback reads");
+        }
+        *self = Self::default();
+    }
+
+    fn failed(&mut self, error: &ApiError) {
+        self.failing_since.get_or_insert_with(Instant::now);
+        self.last_error = Some(error.to_string());
+    }
+
+    /// When the next fallback read is due, if the watch is failing.
+    fn read_due(&self, retry: Duration) -> Option<Instant> {
+        let since = self.failing_since?;
+        Some(match self.read_at {
+            Some(last) => last + retry,
+            None => since + retry * SILENT_PERIODS,
+        })
+    }
+
+    /// A read goes out now; the first of an episode says why.
+    fn read(&mut self) -> Option<String> {
+        self.read_at = Some(Instant::now());
+        (!std::mem::replace(&mut self.announced, true))
+            .then(|| self.last_error.clone())
+            .flatten()
     }
 }
 
