@@ -85,6 +85,20 @@ impl Sidecar {
         timing: Timing,
         extra: &[&str],
     ) -> Sidecar {
+        Self::spawn_on(api, dir, name, timing, ([127, 0, 0, 1], 0).into(), extra)
+    }
+
+    /// Like [`Sidecar::spawn_with`], with the gate listener on `gate`: a
+    /// restarted container keeps its pod's port, so the gate clients of the
+    /// pod (`exec`, `file-gate`) reconnect to it at the address they know.
+    pub fn spawn_on(
+        api: &FakeApiServer,
+        dir: &Path,
+        name: &str,
+        timing: Timing,
+        gate: SocketAddr,
+        extra: &[&str],
+    ) -> Sidecar {
         let kubeconfig = api.write_kubeconfig(name, dir);
         let log = dir.join(format!("{name}.log"));
         let log_file = std::fs::File::create(&log).expect("create log file");
@@ -94,7 +108,7 @@ impl Sidecar {
             .args(["--identity", name])
             // Port 0: the kernel picks free ports, which the process logs;
             // reserving ports here first would race other tests for them.
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", &gate.to_string()])
             .args(["--admin-listen", "127.0.0.1:0"])
             .args(timing.args())
             .args(extra)
