@@ -27,9 +27,9 @@ use futures::Stream;
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
+use crate::app::{AppState, leader_body};
 use crate::clock::{BootInstant, wall_micros};
 use crate::events::{Event, EventKind, Next, Start, Subscription, event_json};
-use crate::http::{AppState, leader_body};
 use crate::state::LeaderState;
 
 /// The handler of `GET /events`.

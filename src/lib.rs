@@ -15,6 +15,7 @@
 //! - [`collector_health`]: the collector's health check, which gates contention.
 //! - [`state`]: the published leadership snapshot and the task's heartbeat.
 //! - [`events`]: the event log of transitions (ids, history, fan-out).
+//! - [`app`]: what the handlers share — the published state, the `/leader` body.
 //! - [`event_stream`]: `GET /events`, the log as server-sent events.
 //! - [`metrics`]: Prometheus metrics for `/metrics`.
 //! - [`exposition`]: OpenMetrics or classic text, by the scraper's `Accept`.
@@ -28,6 +29,7 @@
 //! `src/main.rs` wires these together and owns signals and exit codes.
 
 pub mod api_error;
+pub mod app;
 pub mod client;
 pub mod clock;
 pub mod collector_health;
