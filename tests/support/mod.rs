@@ -4,6 +4,7 @@
 
 pub mod events;
 pub mod fake_apiserver;
+pub mod file_gate;
 pub mod monitor;
 pub mod proxy;
 pub mod sidecar;
