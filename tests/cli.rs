@@ -240,3 +240,79 @@ fn client_command_lines_exit_64_naming_the_flag() {
         );
     }
 }
+
+#[test]
+fn file_gate_rejects_a_bad_mapping_or_mode_with_exit_64_and_one_line() {
+    let dir =
+        std::env::temp_dir().join(format!("leader-gate-cli-file-gate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dst = format!("/etc/hostname:{}/dst.yml", dir.display());
+    let into_dir = format!("/etc/hostname:{}", dir.display());
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["nocolon"],
+            "invalid SRC:DST \"nocolon\": expected SRC:DST",
+        ),
+        (
+            &["/etc/hostname:/nonexistent-dir-xyz/dst.yml"],
+            "DST's directory /nonexistent-dir-xyz does not exist",
+        ),
+        (&[":x.yml"], "SRC and DST must both be file paths"),
+        (&[&into_dir], "is a directory"),
+        (&["--mode", "999", &dst], "--mode"),
+        (
+            &["--mode", "u+rw", &dst],
+            "\"u+rw\" is not an octal file mode",
+        ),
+        (&["--mode", "01777", &dst], "--mode"),
+        (&["--url", "https://127.0.0.1:4040", &dst], "--url"),
+        (&[], "SRC:DST"),
+    ];
+    for (args, expected) in cases {
+        let mut argv = vec!["file-gate"];
+        argv.extend_from_slice(args);
+        let (code, stderr) = run_bounded(&argv);
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{args:?}: one line, got:\n{stderr}"
+        );
+        assert!(stderr.starts_with("leader-gate: "), "{stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: {stderr:?} lacks {expected:?}"
+        );
+    }
+    // Nothing was written: validation comes before any I/O.
+    assert!(!dir.join("dst.yml").exists());
+}
+
+/// [`run`] for a client that would run for ever if its arguments were
+/// accepted: killed (and the test failed) if it has not exited in 10 s.
+fn run_bounded(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args(args)
+        .env_remove("LEADER_GATE_URL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run leader-gate");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().expect("try_wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "{args:?} was accepted and ran on: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

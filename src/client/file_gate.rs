@@ -4,12 +4,15 @@
 //!
 //! While the validity rule of [`feed`] says leading, a copy of each SRC is at
 //! its DST, written atomically (a temporary file in DST's directory, fsync,
-//! rename, fsync of the directory), and rewritten when SRC changes (checked
-//! at every renewal). Each DST is removed the moment leadership ends or can
-//! no longer be confirmed — also when the sidecar dies without a word, since
-//! validity then runs out — and at start-up (a stale copy from a crashed
-//! run) and on SIGTERM/SIGINT. With `--reload-url` an HTTP POST follows every
-//! change (Prometheus `/-/reload`, Fluent Bit, Vector).
+//! rename, fsync of the directory), and rewritten when SRC changes or the
+//! copy was removed or changed by someone else (checked at every renewal).
+//! Each DST is removed the moment leadership ends or can no longer be
+//! confirmed — also when the sidecar dies without a word, since validity
+//! then runs out — and at start-up, before anything else (a stale copy from
+//! a killed run), and on SIGTERM/SIGINT. With `--reload-url` one HTTP POST
+//! follows every change, in order (Prometheus `/-/reload`, Fluent Bit,
+//! Vector); it is sent from a task of its own, so a collector slow to answer
+//! never delays a removal.
 //!
 //! [`feed`]: crate::client::feed
 
@@ -21,6 +24,8 @@ use std::time::Duration;
 
 use hyper::Method;
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use crate::client::feed::{Feed, Signal};
 use crate::client::url::GateUrl;
@@ -57,6 +62,10 @@ impl Mapping {
             return Err(invalid("SRC and DST must both be file paths"));
         }
         let dst = PathBuf::from(dst);
+        if dst.is_dir() {
+            // It could be neither replaced by a rename nor removed.
+            return Err(invalid("DST is a directory; name the file to create in it"));
+        }
         let dir = parent(&dst);
         if !dir.is_dir() {
             return Err(invalid(&format!(
@@ -91,10 +100,15 @@ pub async fn run(options: FileGateOptions) {
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let mut gate = Gate::new(options);
-    // A copy left by a run that was killed is stale until proven otherwise.
-    if gate.remove_all("stale copies from an earlier run") {
-        gate.reload().await;
+    // Before anything else: a copy left by a run that was killed is stale
+    // until proven otherwise. The collector hears of it (and answers)
+    // before this run even subscribes.
+    if gate.remove_all("stale copies from an earlier run")
+        && let Some(url) = &gate.options.reload
+    {
+        reload(url).await;
     }
+    let reloader = Reloader::start(gate.options.reload.clone());
     let mut feed = Feed::new(gate.options.url.clone());
     loop {
         let leading = feed.leading().is_some();
@@ -104,7 +118,7 @@ pub async fn run(options: FileGateOptions) {
             gate.remove_all("leadership ended or cannot be confirmed")
         };
         if changed {
-            gate.reload().await;
+            reloader.changed();
         }
         tokio::select! {
             signal = feed.next() => match signal {
@@ -119,7 +133,68 @@ pub async fn run(options: FileGateOptions) {
         }
     }
     if gate.remove_all("shutting down") {
-        gate.reload().await;
+        reloader.changed();
+    }
+    reloader.finish().await;
+}
+
+/// Sends one reload POST per change, in order, in a task of its own: a
+/// collector that answers its reload slowly (Prometheus answers once the
+/// whole configuration is reloaded) must never hold up a removal.
+struct Reloader {
+    queue: Option<mpsc::UnboundedSender<()>>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl Reloader {
+    fn start(url: Option<GateUrl>) -> Self {
+        let Some(url) = url else {
+            return Self {
+                queue: None,
+                worker: None,
+            };
+        };
+        let (queue, mut changes) = mpsc::unbounded_channel::<()>();
+        let worker = tokio::spawn(async move {
+            while changes.recv().await.is_some() {
+                reload(&url).await;
+            }
+        });
+        Self {
+            queue: Some(queue),
+            worker: Some(worker),
+        }
+    }
+
+    /// Something changed: the collector is told once, after what came before.
+    fn changed(&self) {
+        if let Some(queue) = &self.queue {
+            let _ = queue.send(());
+        }
+    }
+
+    /// Sends what is queued, for a bounded time.
+    async fn finish(mut self) {
+        self.queue = None;
+        if let Some(worker) = self.worker.take()
+            && tokio::time::timeout(2 * RELOAD_TIMEOUT, worker)
+                .await
+                .is_err()
+        {
+            log("gave up on the reloads still queued");
+        }
+    }
+}
+
+async fn reload(url: &GateUrl) {
+    match url.fetch(Method::POST, "", RELOAD_TIMEOUT).await {
+        Ok((status, _)) if (200..300).contains(&status) => {}
+        Ok((status, body)) => log(&format!(
+            "reload {} answered {status}: {}",
+            url.path(""),
+            String::from_utf8_lossy(&body).trim()
+        )),
+        Err(error) => log(&format!("reload {} failed: {error}", url.path(""))),
     }
 }
 
@@ -152,7 +227,11 @@ impl Gate {
             let result = std::fs::read(&mapping.src)
                 .map_err(|e| format!("cannot read {}: {e}", mapping.src.display()))
                 .and_then(|content| {
-                    if slot.written.as_ref() == Some(&content) {
+                    // What is on disk, not only what was written: someone
+                    // may have removed or changed the copy since.
+                    if slot.written.as_ref() == Some(&content)
+                        && std::fs::read(&mapping.dst).is_ok_and(|held| held == content)
+                    {
                         return Ok(None);
                     }
                     write_atomically(mapping, &content, self.options.mode)
@@ -162,7 +241,12 @@ impl Gate {
             match result {
                 Ok(None) => slot.complaint = None,
                 Ok(Some(content)) => {
-                    log(&format!("leading: wrote {}", mapping.dst.display()));
+                    let what = if slot.written.as_ref() == Some(&content) {
+                        "restored (removed or changed by someone else)"
+                    } else {
+                        "wrote"
+                    };
+                    log(&format!("leading: {what} {}", mapping.dst.display()));
                     slot.written = Some(content);
                     slot.complaint = None;
                     changed = true;
@@ -195,21 +279,6 @@ impl Gate {
             slot.written = None;
         }
         changed
-    }
-
-    async fn reload(&self) {
-        let Some(url) = &self.options.reload else {
-            return;
-        };
-        match url.fetch(Method::POST, "", RELOAD_TIMEOUT).await {
-            Ok((status, _)) if (200..300).contains(&status) => {}
-            Ok((status, body)) => log(&format!(
-                "reload {} answered {status}: {}",
-                url.path(""),
-                String::from_utf8_lossy(&body).trim()
-            )),
-            Err(error) => log(&format!("reload {} failed: {error}", url.path(""))),
-        }
     }
 }
 
@@ -277,6 +346,7 @@ mod tests {
             "x:",
             "a:/nonexistent-dir-xyz/f",
             &format!("a:{}/", d.display()),
+            &format!("a:{}", d.display()),
         ] {
             assert!(Mapping::parse(bad).is_err(), "{bad}");
         }
@@ -307,6 +377,14 @@ mod tests {
         assert!(gate.write_all(), "a changed SRC is copied again");
         assert_eq!(std::fs::read_to_string(&mapping.dst).unwrap(), "a: 2\n");
         assert!(!mapping.temporary().exists());
+        // Someone else removes or edits the copy: it is put back.
+        std::fs::remove_file(&mapping.dst).unwrap();
+        assert!(gate.write_all(), "a removed copy is restored");
+        assert_eq!(std::fs::read_to_string(&mapping.dst).unwrap(), "a: 2\n");
+        std::fs::write(&mapping.dst, "edited\n").unwrap();
+        assert!(gate.write_all(), "an edited copy is restored");
+        assert_eq!(std::fs::read_to_string(&mapping.dst).unwrap(), "a: 2\n");
+        assert!(!gate.write_all());
         assert!(gate.remove_all("test"));
         assert!(!mapping.dst.exists());
         assert!(!gate.remove_all("test"), "nothing left to remove");

@@ -5,6 +5,7 @@
 
 pub mod events;
 pub mod fake_apiserver;
+pub mod file_gate;
 pub mod gate_clients;
 pub mod health;
 pub mod monitor;

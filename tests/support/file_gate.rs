@@ -1,0 +1,363 @@
+//! The file gate under test: `leader-gate file-gate` as a real process, a
+//! sampler that watches a DST as a collector would (and stamps every change
+//! it sees), and a tiny HTTP server that records the `--reload-url` POSTs.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// A running `leader-gate file-gate` process.
+pub struct FileGate {
+    pub name: String,
+    child: Child,
+    log: PathBuf,
+    exit: Option<ExitStatus>,
+}
+
+impl FileGate {
+    /// Starts `leader-gate file-gate --url http://GATE [extra] SRC:DST...`,
+    /// its stderr in `dir/NAME.log` (appended to, across restarts).
+    pub fn spawn(
+        dir: &Path,
+        name: &str,
+        gate: SocketAddr,
+        extra: &[&str],
+        mappings: &[(&Path, &Path)],
+    ) -> FileGate {
+        let log = dir.join(format!("{name}.log"));
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("open the file gate's log");
+        let child = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+            .arg("file-gate")
+            .args(["--url", &format!("http://{gate}")])
+            .args(extra)
+            .args(
+                mappings
+                    .iter()
+                    .map(|(src, dst)| format!("{}:{}", src.display(), dst.display())),
+            )
+            .env_remove("LEADER_GATE_URL")
+            .env_remove("LEADER_GATE_RELOAD_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn leader-gate file-gate");
+        FileGate {
+            name: name.into(),
+            child,
+            log,
+            exit: None,
+        }
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid with a valid signal number.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
+    /// Waits for the process to exit, up to `timeout`.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                self.exit = Some(status);
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for FileGate {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// What a DST held from one instant on, as a reader saw it.
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub at: Instant,
+    /// Wall clock, µs (comparable with an event's `published_at_us`).
+    pub wall_us: i64,
+    /// `None`: no file there.
+    pub content: Option<Vec<u8>>,
+}
+
+impl Change {
+    pub fn exists(&self) -> bool {
+        self.content.is_some()
+    }
+}
+
+/// A reader of one DST in its own thread, as a collector that rereads it:
+/// each pass opens and reads the whole file, and every change in what it
+/// reads (including appearing and disappearing) is kept with its instant.
+/// The first change is the state found at start.
+pub struct Sampler {
+    pub path: PathBuf,
+    changes: Arc<Mutex<Vec<Change>>>,
+    reads: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Sampler {
+    /// Reads `path` every `period` (`Duration::ZERO`: a tight loop).
+    pub fn start(path: &Path, period: Duration) -> Sampler {
+        let changes: Arc<Mutex<Vec<Change>>> = Arc::default();
+        let reads: Arc<AtomicU64> = Arc::default();
+        let stop: Arc<AtomicBool> = Arc::default();
+        let thread = {
+            let (path, changes, reads, stop) = (
+                path.to_owned(),
+                changes.clone(),
+                reads.clone(),
+                stop.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut last: Option<Option<Vec<u8>>> = None;
+                while !stop.load(Ordering::SeqCst) {
+                    let content = match std::fs::read(&path) {
+                        Ok(content) => Some(content),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                        Err(e) => panic!("reading {}: {e}", path.display()),
+                    };
+                    let (at, wall_us) = (Instant::now(), leader_gate::clock::wall_micros());
+                    reads.fetch_add(1, Ordering::Relaxed);
+                    if last.as_ref() != Some(&content) {
+                        changes.lock().unwrap().push(Change {
+                            at,
+                            wall_us,
+                            content: content.clone(),
+                        });
+                        last = Some(content);
+                    }
+                    if period.is_zero() {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(period);
+                    }
+                }
+            })
+        };
+        Sampler {
+            path: path.to_owned(),
+            changes,
+            reads,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn changes(&self) -> Vec<Change> {
+        self.changes.lock().unwrap().clone()
+    }
+
+    /// Whether the file existed at each change: the appear/disappear history.
+    pub fn presence(&self) -> Vec<bool> {
+        let mut presence: Vec<bool> = Vec::new();
+        for change in self.changes() {
+            if presence.last() != Some(&change.exists()) {
+                presence.push(change.exists());
+            }
+        }
+        presence
+    }
+
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    /// Waits for the `n`th change (0: the state at start).
+    pub async fn change(&self, n: usize, timeout: Duration) -> Change {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(change) = self.changes.lock().unwrap().get(n) {
+                return change.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: no change #{n} within {timeout:?}; changes: {:?}",
+                self.path.display(),
+                self.summary()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Waits for the first change after `from` (a count of changes) for
+    /// which `pred` holds.
+    pub async fn until(
+        &self,
+        from: usize,
+        timeout: Duration,
+        pred: impl Fn(&Change) -> bool,
+    ) -> (usize, Change) {
+        let mut n = from;
+        loop {
+            let change = self.change(n, timeout).await;
+            if pred(&change) {
+                return (n, change);
+            }
+            n += 1;
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.changes.lock().unwrap().len()
+    }
+
+    /// The changes as (ms since the first, size or None), for messages.
+    pub fn summary(&self) -> Vec<(u128, Option<usize>)> {
+        let changes = self.changes.lock().unwrap();
+        let first = changes.first().map_or_else(Instant::now, |c| c.at);
+        changes
+            .iter()
+            .map(|c| {
+                (
+                    c.at.duration_since(first).as_millis(),
+                    c.content.as_ref().map(Vec::len),
+                )
+            })
+            .collect()
+    }
+
+    /// Stops the thread and returns every change.
+    pub fn stop(mut self) -> Vec<Change> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("the sampler thread");
+        }
+        self.changes()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// One POST to the reload server.
+#[derive(Clone, Debug)]
+pub struct Post {
+    pub at: Instant,
+    pub method: String,
+    pub path: String,
+    /// Whether each watched file existed when the request arrived.
+    pub existed: Vec<bool>,
+}
+
+/// A tiny HTTP server in place of a collector's reload endpoint: it records
+/// every request (and which watched files exist at that moment), and
+/// answers 200 after `delay`.
+pub struct Reloads {
+    pub addr: SocketAddr,
+    posts: Arc<Mutex<Vec<Post>>>,
+}
+
+impl Reloads {
+    pub async fn start(watched: &[&Path]) -> Reloads {
+        Self::start_slow(watched, Duration::ZERO).await
+    }
+
+    /// Answers each request only after `delay`, as a collector that reloads
+    /// a large configuration before it answers.
+    pub async fn start_slow(watched: &[&Path], delay: Duration) -> Reloads {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let posts: Arc<Mutex<Vec<Post>>> = Arc::default();
+        let watched: Vec<PathBuf> = watched.iter().map(|p| p.to_path_buf()).collect();
+        let recorded = posts.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (recorded, watched) = (recorded.clone(), watched.clone());
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let at = Instant::now();
+                    let existed = watched.iter().map(|p| p.exists()).collect();
+                    let text = String::from_utf8_lossy(&head);
+                    let mut first = text.split_whitespace();
+                    let method = first.next().unwrap_or_default().to_owned();
+                    let path = first.next().unwrap_or_default().to_owned();
+                    recorded.lock().unwrap().push(Post {
+                        at,
+                        method,
+                        path,
+                        existed,
+                    });
+                    tokio::time::sleep(delay).await;
+                    let _ = stream
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                        )
+                        .await;
+                });
+            }
+        });
+        Reloads { addr, posts }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn posts(&self) -> Vec<Post> {
+        self.posts.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.posts.lock().unwrap().len()
+    }
+
+    /// Waits until at least `n` POSTs arrived.
+    pub async fn wait_count(&self, n: usize, timeout: Duration) -> Vec<Post> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let posts = self.posts();
+            if posts.len() >= n {
+                return posts;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{n} reload POSTs expected within {timeout:?}; got {posts:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Replaces `path` with `content` atomically (a rename), as the kubelet
+/// updates a mounted ConfigMap: a reader of SRC never sees a part.
+pub fn replace(path: &Path, content: &[u8]) {
+    let temporary = path.with_extension("writing");
+    std::fs::write(&temporary, content).unwrap();
+    std::fs::rename(&temporary, path).unwrap();
+}
