@@ -26,7 +26,11 @@
 //!   the validity rule.
 //! - [`clock`]: boot clock for read-time validity, MicroTime formatting.
 //!
-//! `src/main.rs` wires these together and owns signals and exit codes.
+//! - [`sidecar`]: `serve` as one function — listeners, driver, servers, the
+//!   shutdown sequence and its signals.
+//! - [`exit`]: the exit codes.
+//!
+//! `src/main.rs` parses the command line and runs the sidecar or a client.
 
 pub mod api_error;
 pub mod app;
@@ -38,10 +42,12 @@ pub mod driver;
 pub mod election;
 pub mod event_stream;
 pub mod events;
+pub mod exit;
 pub mod exposition;
 pub mod http;
 pub mod lease;
 pub mod lease_client;
 pub mod metrics;
 pub mod server;
+pub mod sidecar;
 pub mod state;

@@ -1,0 +1,19 @@
+//! Exit codes (sysexits), one meaning each, shared by `serve` and the
+//! clients:
+//!
+//! - 0: clean shutdown after SIGTERM/SIGINT
+//! - 64 ([`USAGE`]): an invalid flag, named in one line
+//! - 70 ([`SOFTWARE`]): the election task ended unexpectedly (a bug)
+//! - 71 ([`OSERR`]): a listener could not be bound
+//! - 73 ([`CANTCREAT`]): `install` could not write its copy
+//! - 78 ([`CONFIG`]): no usable kube configuration (kubeconfig / in-cluster)
+//! - 128 + signal: a second signal during shutdown exits at once
+//!
+//! The clients add their own: `status` 0/1/2, `wait` 0/1, `exec` the
+//! child's status (127 for a command that cannot be found).
+
+pub const USAGE: u8 = 64;
+pub const SOFTWARE: u8 = 70;
+pub const OSERR: u8 = 71;
+pub const CANTCREAT: u8 = 73;
+pub const CONFIG: u8 = 78;
