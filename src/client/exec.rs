@@ -21,7 +21,7 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{Signal as UnixSignal, SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
 
-use crate::client::feed::{Feed, Signal};
+use crate::client::feed::Feed;
 use crate::client::url::GateUrl;
 
 /// The environment variable that carries the term id to the child.
@@ -94,13 +94,11 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
         }
         let kill_at = running.as_ref().and_then(|r| r.kill_at);
         tokio::select! {
-            signal = feed.next() => match signal {
-                Signal::Expired { term, reason } => {
-                    log(&format!("leadership of term {term} could not be confirmed ({})", reason.as_str()));
+            signal = feed.next() => {
+                if let Some(line) = signal.log_line() {
+                    log(&line);
                 }
-                Signal::Disconnected(why) => log(&format!("{why}; retrying")),
-                Signal::Event(_) | Signal::Connected => {}
-            },
+            }
             status = wait_child(&mut running) => {
                 let run = running.take().expect("a child was running");
                 if run.kill_at.is_some() {

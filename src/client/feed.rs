@@ -84,6 +84,21 @@ pub enum Signal {
     Disconnected(String),
 }
 
+impl Signal {
+    /// What a gate says about this in its log, if anything: a local stop or
+    /// an outage (the sidecar's events speak for themselves).
+    pub fn log_line(&self) -> Option<String> {
+        match self {
+            Self::Expired { term, reason } => Some(format!(
+                "leadership of term {term} could not be confirmed ({})",
+                reason.as_str()
+            )),
+            Self::Disconnected(why) => Some(format!("{why}; retrying")),
+            Self::Event(_) | Self::Connected => None,
+        }
+    }
+}
+
 /// The subscription and the leadership it vouches for.
 pub struct Feed {
     url: GateUrl,

@@ -27,7 +27,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::client::feed::{Feed, Signal};
+use crate::client::feed::Feed;
 use crate::client::url::GateUrl;
 
 /// How long a reload POST may take.
@@ -121,13 +121,11 @@ pub async fn run(options: FileGateOptions) {
             reloader.changed();
         }
         tokio::select! {
-            signal = feed.next() => match signal {
-                Signal::Expired { term, reason } => {
-                    log(&format!("leadership of term {term} could not be confirmed ({})", reason.as_str()));
+            signal = feed.next() => {
+                if let Some(line) = signal.log_line() {
+                    log(&line);
                 }
-                Signal::Disconnected(why) => log(&format!("{why}; retrying")),
-                Signal::Event(_) | Signal::Connected => {}
-            },
+            }
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
