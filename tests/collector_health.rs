@@ -273,11 +273,18 @@ async fn when_every_collector_is_unhealthy_nobody_leads_until_one_recovers() {
     for name in names {
         pods.health(name).set(500);
     }
-    pods.sidecar(&leader)
-        .wait_for(timing.lease * 2, |p| !p.leading())
-        .await;
-    // The old leader's release is the only write that clears the holder;
-    // from then on, watch for longer than a lease.
+    // Each instance counts its own collector's failures on its own schedule:
+    // one still healthy may take the released Lease meanwhile (and release
+    // it in turn). "All unhealthy" begins when every one says so.
+    for name in names {
+        pods.sidecar(name)
+            .wait_for(timing.lease * 2, |p| {
+                p.body["collector_healthy"] == serde_json::json!(false) && !p.leading()
+            })
+            .await;
+    }
+    // Then the last release clears the holder; from then on, watch for
+    // longer than a lease.
     let deadline = Instant::now() + timing.lease * 2;
     while lease_holder(&pods.api.lease(LEASE).unwrap()).is_some() {
         assert!(Instant::now() < deadline, "never released\n{}", pods.logs());
