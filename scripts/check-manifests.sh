@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Validates manifests/ offline, as .ci/run does after `cargo test`:
+#
+# 1. renders the kustomization with `kubectl kustomize manifests/`;
+# 2. validates every manifest file, and the rendered whole, against the
+#    Kubernetes OpenAPI schemas with kubernetes-validate (PyPI), in strict
+#    mode (unknown fields are errors, so a misspelt field fails), for the
+#    newest Kubernetes version the package ships and for 1.29, the oldest
+#    the manifests support (native sidecars, FlowSchema v1);
+# 3. runs scripts/check_manifests.py on the rendered whole: what the schemas
+#    cannot check (security context everywhere, timing rules, RBAC for each
+#    Lease, the Metricbeat modules glob, rollout and drain settings) and
+#    every leader-gate command line against the real binary.
+#
+# kubernetes-validate ships the schemas inside the package and fetches
+# nothing; it is installed here if missing. kubectl comes with this
+# project's machines; where it is missing, Debian's kubernetes-client
+# package provides one (an older kubectl whose built-in kustomize renders
+# these files the same).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+KUBERNETES_VALIDATE=1.37.0
+# Newest schema set in kubernetes-validate 1.37.0, and the oldest supported.
+KUBERNETES_VERSIONS=(1.37.0 1.29.0)
+
+installed=$(python3 -c 'import kubernetes_validate.version as v; print(v.__version__)' 2>/dev/null || true)
+if [ "$installed" != "$KUBERNETES_VALIDATE" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+        "kubernetes-validate==$KUBERNETES_VALIDATE"
+fi
+if ! command -v kubectl >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null
+fi
+echo "kubernetes-validate $KUBERNETES_VALIDATE; $(kubectl version --client 2>/dev/null | head -1)"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+
+kubectl kustomize manifests/ >"$work/rendered.yaml"
+echo "rendered manifests/: $(grep -c '^kind:' "$work/rendered.yaml") objects"
+passed=$((passed + 1))
+
+version_args=()
+for version in "${KUBERNETES_VERSIONS[@]}"; do version_args+=(-k "$version"); done
+for file in manifests/*.yaml "$work/rendered.yaml"; do
+    [ "$(basename "$file")" = kustomization.yaml ] && continue
+    # A kind without a schema is only a warning there (exit 0): fail on it too.
+    if out=$(kubernetes-validate --strict --quiet "${version_args[@]}" "$file" 2>&1) && [ -z "$out" ]; then
+        echo "ok   $file (Kubernetes ${KUBERNETES_VERSIONS[*]}, strict)"
+        passed=$((passed + 1))
+    else
+        echo "FAIL $file"
+        echo "$out" | sed 's/^/     /'
+        failed=$((failed + 1))
+    fi
+done
+
+cargo build --quiet --bin leader-gate
+if python3 scripts/check_manifests.py "$work/rendered.yaml" manifests \
+    "${CARGO_TARGET_DIR:-target}/debug/leader-gate"; then
+    passed=$((passed + 1))
+else
+    failed=$((failed + 1))
+fi
+
+echo "manifests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,533 @@
+#!/usr/bin/env python3
+"""Checks on the rendered manifests that the OpenAPI schemas cannot make.
+
+Usage: check_manifests.py RENDERED.yaml MANIFESTS_DIR LEADER_GATE_BINARY
+
+RENDERED.yaml is `kubectl kustomize MANIFESTS_DIR`. Prints one line per
+finding and exits 1 if there is any. The checks:
+
+- every file in MANIFESTS_DIR is listed in kustomization.yaml;
+- every pod and container: non-root with the numeric user 65532, read-only
+  root filesystem, no privilege escalation, all capabilities dropped,
+  seccomp RuntimeDefault, CPU and memory requests and limits, a pinned image;
+- every leader-gate container: the one image, a native sidecar for `serve`
+  and `file-gate`, identity and namespace from the downward API, /healthz
+  liveness, no /leader readiness on a DaemonSet, timings that satisfy the
+  README's rules (and terminationGracePeriodSeconds that covers them), the
+  Role bound to the pod's service account grants exactly what the Lease
+  needs, the NetworkPolicy and the FlowSchema cover the pod;
+- Metricbeat's modules glob matches both module directories and the file
+  gate's DST but never its temporary file, and reload.period fits the margin;
+- the readiness-gated Deployment can roll out and drain;
+- every leader-gate command line is accepted by the real binary (`serve`
+  exits 78 for lack of a kube configuration only after its flags passed,
+  `exec` 127 for the missing collector binary, `file-gate` runs, `install`
+  writes a binary that runs).
+"""
+
+import fnmatch
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+IMAGE = "ghcr.io/leader-gate/leader-gate:0.1.0"
+IMAGE_REPO = IMAGE.rsplit(":", 1)[0]
+USER = 65532
+SUBCOMMANDS = {"serve", "file-gate", "exec", "install", "status", "wait", "watch"}
+# Slack that terminationGracePeriodSeconds keeps beyond the shutdown sequence.
+GRACE_SLACK = 5
+
+findings = []
+
+
+def bad(where, message):
+    findings.append(f"{where}: {message}")
+
+
+def seconds(text):
+    """leader-gate's duration syntax: 1500ms, 1m30s, 4s, or bare seconds."""
+    text = str(text)
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a duration: {text}")
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def flags(args):
+    """--name=value and --name value pairs of a leader-gate command line."""
+    out, i = {}, 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        if arg.startswith("--"):
+            if "=" in arg:
+                name, value = arg[2:].split("=", 1)
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                name, value = arg[2:], args[i + 1]
+                i += 1
+            else:
+                name, value = arg[2:], "true"
+            out[name] = value
+        i += 1
+    return out
+
+
+def positional(args):
+    """Arguments after the subcommand that are neither flags nor their values."""
+    out, i = [], 1
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--"):
+            if "=" not in arg and i + 1 < len(args) and not args[i + 1].startswith("-"):
+                i += 1
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
+def glob_match(pattern, path):
+    """Go's filepath.Match per path segment: `*` never crosses `/`."""
+    p, q = pattern.split("/"), path.split("/")
+    return len(p) == len(q) and all(fnmatch.fnmatchcase(b, a) for a, b in zip(p, q))
+
+
+def gate_argv(container):
+    """The leader-gate command line of a container, or None."""
+    command = container.get("command") or []
+    if command and command[0].endswith("/leader-gate"):
+        return command[1:] + (container.get("args") or [])
+    if container.get("image", "").startswith(IMAGE_REPO) and not command:
+        return container.get("args") or []
+    return None
+
+
+def pod_templates(docs):
+    for doc in docs:
+        kind = doc.get("kind")
+        if kind in ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job"):
+            yield doc, doc["spec"]["template"]
+        elif kind == "CronJob":
+            yield doc, doc["spec"]["jobTemplate"]["spec"]["template"]
+        elif kind == "Pod":
+            yield doc, doc
+
+
+def name_of(doc):
+    return f"{doc['kind']}/{doc['metadata']['name']}"
+
+
+def check_kustomization(manifests):
+    with open(os.path.join(manifests, "kustomization.yaml")) as f:
+        listed = set(yaml.safe_load(f).get("resources", []))
+    present = {
+        n for n in os.listdir(manifests) if n.endswith((".yaml", ".yml")) and n != "kustomization.yaml"
+    }
+    for missing in sorted(present - listed):
+        bad("kustomization.yaml", f"{missing} is not in resources")
+    for gone in sorted(listed - present):
+        bad("kustomization.yaml", f"lists {gone}, which does not exist")
+
+
+def check_security(where, pod_spec):
+    pod_sc = pod_spec.get("securityContext") or {}
+    if pod_sc.get("runAsNonRoot") is not True:
+        bad(where, "pod securityContext.runAsNonRoot is not true")
+    for field in ("runAsUser", "runAsGroup"):
+        if pod_sc.get(field) != USER:
+            bad(where, f"pod securityContext.{field} is not {USER}")
+    if (pod_sc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+        bad(where, "pod seccompProfile is not RuntimeDefault")
+    shared = [v["name"] for v in pod_spec.get("volumes", []) if "emptyDir" in v]
+    if shared and pod_sc.get("fsGroup") != USER:
+        bad(where, f"emptyDir volumes {shared} but pod fsGroup is not {USER}")
+    containers = pod_spec.get("initContainers", []) + pod_spec.get("containers", [])
+    for c in containers:
+        cw = f"{where} container {c['name']}"
+        sc = c.get("securityContext") or {}
+        expected = {
+            "runAsNonRoot": True,
+            "runAsUser": USER,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+        }
+        for field, value in expected.items():
+            if sc.get(field) != value:
+                bad(cw, f"securityContext.{field} is {sc.get(field)!r}, not {value!r}")
+        if (sc.get("capabilities") or {}).get("drop") != ["ALL"]:
+            bad(cw, "securityContext.capabilities.drop is not [ALL]")
+        if (sc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+            bad(cw, "securityContext.seccompProfile is not RuntimeDefault")
+        if sc.get("privileged"):
+            bad(cw, "privileged")
+        resources = c.get("resources") or {}
+        for kind in ("requests", "limits"):
+            for res in ("cpu", "memory"):
+                if res not in (resources.get(kind) or {}):
+                    bad(cw, f"no {kind}.{res}")
+        image = c.get("image", "")
+        if ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest"):
+            bad(cw, f"image {image!r} is not pinned to a version")
+        if image.startswith(IMAGE_REPO) and image != IMAGE:
+            bad(cw, f"leader-gate image is {image!r}, not {IMAGE}")
+
+
+def role_grants(docs, namespace, service_account, lease):
+    """Which of the Lease verbs the RoleBindings give this service account."""
+    granted = set()
+    roles = {
+        d["metadata"]["name"]: d
+        for d in docs
+        if d["kind"] == "Role" and d["metadata"].get("namespace") == namespace
+    }
+    for rb in docs:
+        if rb["kind"] != "RoleBinding" or rb["metadata"].get("namespace") != namespace:
+            continue
+        subjects = rb.get("subjects") or []
+        if not any(
+            s.get("kind") == "ServiceAccount"
+            and s.get("name") == service_account
+            and s.get("namespace", namespace) == namespace
+            for s in subjects
+        ):
+            continue
+        role = roles.get(rb["roleRef"]["name"]) if rb["roleRef"]["kind"] == "Role" else None
+        if role is None:
+            continue
+        for rule in role.get("rules", []):
+            if "coordination.k8s.io" not in rule.get("apiGroups", []):
+                continue
+            if "leases" not in rule.get("resources", []):
+                continue
+            names = rule.get("resourceNames")
+            for verb in rule.get("verbs", []):
+                if verb == "create" and not names:
+                    granted.add("create")
+                elif verb != "create" and (not names or lease in names):
+                    granted.add(verb)
+    return granted
+
+
+def check_leader_gate(docs, doc, template):
+    where = name_of(doc)
+    spec = template["spec"]
+    namespace = doc["metadata"].get("namespace", "default")
+    labels = template.get("metadata", {}).get("labels", {})
+    inits = spec.get("initContainers", [])
+    mains = spec.get("containers", [])
+    by_name = {c["name"]: c for c in inits + mains}
+    gates = [(c, gate_argv(c)) for c in inits + mains]
+    gates = [(c, argv) for c, argv in gates if argv is not None]
+    if not gates:
+        return []
+    serves = [(c, argv) for c, argv in gates if argv and argv[0] == "serve"]
+    if len(serves) != 1:
+        bad(where, f"{len(serves)} `serve` containers, expected 1")
+        return gates
+    serve, argv = serves[0]
+    cw = f"{where} container {serve['name']}"
+    opts = flags(argv[1:])
+    for c, a in gates:
+        if not a or a[0] not in SUBCOMMANDS:
+            bad(f"{where} container {c['name']}", f"unknown leader-gate subcommand {a[:1]}")
+        if a and a[0] in ("serve", "file-gate") and (c not in inits or c.get("restartPolicy") != "Always"):
+            bad(f"{where} container {c['name']}", f"`{a[0]}` is not a native sidecar (init container, restartPolicy Always)")
+        if a and a[0] == "install" and (c not in inits or c.get("restartPolicy")):
+            bad(f"{where} container {c['name']}", "`install` is not a plain init container")
+    # Identity and namespace from the downward API.
+    env = {e["name"]: e for e in serve.get("env", [])}
+    for var, field in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+        got = ((env.get(var) or {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
+        if got != field:
+            bad(cw, f"{var} does not come from the downward API's {field}")
+    # Probes.
+    ports = {p.get("name"): p["containerPort"] for p in serve.get("ports", [])}
+    if ports.get("admin") != 4041:
+        bad(cw, "no port `admin` 4041")
+    live = (serve.get("livenessProbe") or {}).get("httpGet") or {}
+    if live.get("path") != "/healthz":
+        bad(cw, "liveness probe is not GET /healthz")
+    ready_path = ((serve.get("readinessProbe") or {}).get("httpGet") or {}).get("path")
+    for c in inits + mains:
+        path = ((c.get("readinessProbe") or {}).get("httpGet") or {}).get("path")
+        if path == "/leader" and doc["kind"] in ("DaemonSet", "StatefulSet"):
+            bad(f"{where} container {c['name']}", f"readiness on /leader stalls a {doc['kind']} rollout")
+    # Timing rules (README "Configuration" and "Timing").
+    try:
+        lease = seconds(opts.get("lease-duration", "15s"))
+        renew = seconds(opts.get("renew-deadline", "10s"))
+        retry = seconds(opts.get("retry-period", "2s"))
+        shutdown = seconds(opts.get("shutdown-timeout", "5s"))
+        lag = seconds(opts.get("gate-lag", "0s"))
+    except ValueError as e:
+        bad(cw, str(e))
+        return gates
+    margin = lease - renew
+    if not lease > renew > 1.2 * retry:
+        bad(cw, "lease-duration > renew-deadline > 1.2 x retry-period does not hold")
+    if not (lag < margin and lag < shutdown):
+        bad(cw, f"--gate-lag {lag}s must be below the margin {margin}s and --shutdown-timeout {shutdown}s")
+    grace = 0.0
+    for c, a in gates:
+        if a and a[0] == "exec":
+            g = seconds(flags(a[1:]).get("grace", "10s"))
+            grace = max(grace, g)
+            if g > margin:
+                bad(f"{where} container {c['name']}", f"--grace {g}s exceeds the margin {margin}s")
+            if lag < g:
+                bad(cw, f"--gate-lag {lag}s is below the exec gate's --grace {g}s")
+            if "collector-health-url" in opts:
+                bad(cw, "--collector-health-url with the exec gate: followers' collectors never run, so nobody would lead")
+            mount = os.path.dirname((c.get("command") or ["/"])[0])
+            installed = [
+                i for i, ia in gates
+                if ia and ia[0] == "install" and os.path.dirname(positional(ia)[0]) == mount
+            ]
+            if not installed:
+                bad(f"{where} container {c['name']}", f"no init container installs the gate into {mount}")
+    tgps = spec.get("terminationGracePeriodSeconds", 30)
+    if tgps < shutdown + grace + GRACE_SLACK:
+        bad(where, f"terminationGracePeriodSeconds {tgps} < --shutdown-timeout {shutdown}s + exec --grace {grace}s + {GRACE_SLACK}s")
+    # Collector health endpoint.
+    health = opts.get("collector-health-url")
+    if health and not re.fullmatch(r"http://127\.0\.0\.1:\d+(/.*)?", health):
+        bad(cw, f"--collector-health-url {health} is not pod-local")
+    # File gate and Metricbeat's module loading.
+    for c, a in gates:
+        if a and a[0] == "file-gate":
+            check_file_gate(docs, where, spec, c, a, by_name, lag, margin, health)
+    # RBAC for the Lease.
+    lease_name = opts.get("lease-name")
+    sa = spec.get("serviceAccountName", "default")
+    granted = role_grants(docs, namespace, sa, lease_name)
+    missing = {"get", "update", "list", "watch", "create"} - granted
+    if missing:
+        bad(where, f"service account {sa} lacks {sorted(missing)} on Lease {lease_name}")
+    if not any(d["kind"] == "ServiceAccount" and d["metadata"]["name"] == sa for d in docs):
+        bad(where, f"service account {sa} is not defined")
+    # The admin port behind a NetworkPolicy.
+    covered = False
+    for np in docs:
+        if np["kind"] != "NetworkPolicy" or np["metadata"].get("namespace") != namespace:
+            continue
+        selector = np["spec"].get("podSelector", {}).get("matchLabels", {})
+        if all(labels.get(k) == v for k, v in selector.items()):
+            for rule in np["spec"].get("ingress", []):
+                if any(p.get("port") in (4041, "admin") for p in rule.get("ports", [])):
+                    covered = True
+    if not covered:
+        bad(where, "no NetworkPolicy limits the admin port 4041 of these pods")
+    # The FlowSchema.
+    for fs in docs:
+        if fs["kind"] == "FlowSchema":
+            subjects = [s.get("serviceAccount", {}) for r in fs["spec"]["rules"] for s in r.get("subjects", [])]
+            if {"name": sa, "namespace": namespace} not in subjects:
+                bad(where, f"FlowSchema {fs['metadata']['name']} does not name service account {sa}")
+    # The readiness gate.
+    if ready_path == "/leader" and doc["kind"] == "Deployment":
+        check_readiness_deployment(docs, doc, labels)
+    return gates
+
+
+def check_file_gate(docs, where, spec, container, argv, by_name, lag, margin, health):
+    cw = f"{where} container {container['name']}"
+    mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+    for mapping in positional(argv):
+        src, dst = mapping.split(":", 1)
+        if os.path.dirname(src) not in mounts:
+            bad(cw, f"SRC {src}: its directory is not a volume mount")
+        volume = mounts.get(os.path.dirname(dst))
+        if volume is None:
+            bad(cw, f"DST {dst}: its directory is not a volume mount")
+            continue
+        readers = [
+            c for c in spec.get("containers", [])
+            if any(m["name"] == volume for m in c.get("volumeMounts", []))
+        ]
+        if not readers:
+            bad(cw, f"no container reads the volume {volume} of DST {dst}")
+        for reader in readers:
+            if "metricbeat" in reader.get("image", ""):
+                check_metricbeat(docs, where, spec, reader, dst, lag, margin, health)
+
+
+def check_metricbeat(docs, where, spec, container, dst, lag, margin, health):
+    cw = f"{where} container {container['name']}"
+    configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    config = None
+    mounted_cms = []
+    for m in container.get("volumeMounts", []):
+        cm_name = (volumes.get(m["name"], {}).get("configMap") or {}).get("name")
+        cm = configmaps.get(cm_name)
+        if cm is None:
+            continue
+        mounted_cms.append((m["mountPath"], cm))
+        if "metricbeat.yml" in cm.get("data", {}):
+            config = yaml.safe_load(cm["data"]["metricbeat.yml"])
+    if config is None:
+        bad(cw, "no metricbeat.yml in a mounted ConfigMap")
+        return
+    modules = config.get("metricbeat.config.modules") or {}
+    pattern = modules.get("path", "")
+    if modules.get("reload.enabled") is not True:
+        bad(cw, "metricbeat.config.modules reload.enabled is not true")
+    period = seconds(modules.get("reload.period", "10s"))
+    if not (period < margin and period <= lag):
+        bad(cw, f"reload.period {period}s must be below the margin {margin}s and at most --gate-lag {lag}s")
+    if not glob_match(pattern, dst):
+        bad(cw, f"modules glob {pattern} does not match the file gate's DST {dst}")
+    tmp = os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.leader-gate.tmp")
+    if glob_match(pattern, tmp):
+        bad(cw, f"modules glob {pattern} matches the file gate's temporary file {tmp}")
+    module_dirs = 0
+    for path, cm in mounted_cms:
+        for key in cm.get("data", {}):
+            if key == "metricbeat.yml":
+                continue
+            if glob_match(pattern, f"{path}/{key}"):
+                module_dirs += 1
+            elif key.endswith(".yml"):
+                bad(cw, f"module file {path}/{key} (ConfigMap {cm['metadata']['name']}) is not matched by {pattern}")
+    if module_dirs == 0:
+        bad(cw, f"no always-present module file is matched by {pattern}")
+    if health:
+        port = re.search(r":(\d+)", health[len("http://"):]).group(1)
+        if config.get("http.enabled") is not True or str(config.get("http.port")) != port:
+            bad(cw, f"--collector-health-url {health} but Metricbeat's http endpoint is not enabled on port {port}")
+
+
+def check_readiness_deployment(docs, doc, labels):
+    where = name_of(doc)
+    replicas = doc["spec"].get("replicas", 1)
+    rolling = (doc["spec"].get("strategy") or {}).get("rollingUpdate") or {}
+    unavailable = str(rolling.get("maxUnavailable", "25%"))
+    if unavailable.endswith("%"):
+        unavailable_n = replicas * int(unavailable[:-1]) // 100
+    else:
+        unavailable_n = int(unavailable)
+    if unavailable_n < replicas:
+        bad(where, f"maxUnavailable {unavailable} < replicas {replicas}: only the leader is ever available, so the old leader would never be replaced")
+    services = [
+        s for s in docs
+        if s["kind"] == "Service"
+        and all(labels.get(k) == v for k, v in (s["spec"].get("selector") or {}).items())
+    ]
+    if not services:
+        bad(where, "no Service routes to the readiness-gated pods")
+    for s in services:
+        if s["spec"].get("publishNotReadyAddresses"):
+            bad(name_of(s), "publishNotReadyAddresses defeats the readiness gate")
+    pdbs = [
+        p for p in docs
+        if p["kind"] == "PodDisruptionBudget"
+        and all(labels.get(k) == v for k, v in p["spec"]["selector"].get("matchLabels", {}).items())
+    ]
+    if not pdbs:
+        bad(where, "no PodDisruptionBudget")
+    for p in pdbs:
+        if p["spec"].get("unhealthyPodEvictionPolicy") != "AlwaysAllow":
+            bad(name_of(p), "unhealthyPodEvictionPolicy is not AlwaysAllow")
+        if "minAvailable" in p["spec"] and p["spec"]["minAvailable"] not in (0, "0%"):
+            bad(name_of(p), "minAvailable above 0 refuses the leader's eviction for ever")
+        if "maxUnavailable" in p["spec"] and str(p["spec"]["maxUnavailable"]) not in (str(replicas), "100%"):
+            bad(name_of(p), "maxUnavailable below the replicas refuses the leader's eviction for ever")
+
+
+def run_binary(binary, where, container, argv, configmaps, volumes):
+    """Hands a container's leader-gate command line to the real binary."""
+    cw = f"{where} container {container['name']}"
+    root = tempfile.mkdtemp(prefix="check-manifests-")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": root,
+        "KUBECONFIG": os.path.join(root, "no-kubeconfig"),
+        # Listeners on free loopback ports; the manifests set no --listen.
+        "LEADER_GATE_LISTEN": "127.0.0.1:0",
+        "LEADER_GATE_ADMIN_LISTEN": "127.0.0.1:0",
+        # A port where nothing answers: clients wait, they do not lead.
+        "LEADER_GATE_URL": "http://127.0.0.1:9",
+    }
+    sub = argv[0]
+    args = list(argv)
+    try:
+        if sub == "serve":
+            expect, timeout = 78, 20
+        elif sub == "exec":
+            expect, timeout = 127, 20
+        elif sub == "install":
+            dest = positional(args)[0]
+            args = [a if a != dest else root + dest for a in args]
+            os.makedirs(os.path.dirname(root + dest), exist_ok=True)
+            expect, timeout = 0, 20
+        elif sub == "file-gate":
+            mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+            rewritten = []
+            for a in args:
+                if a in positional(argv) and ":" in a:
+                    src, dst = a.split(":", 1)
+                    # SRC gets the ConfigMap's content, DST's directory exists.
+                    os.makedirs(os.path.dirname(root + src), exist_ok=True)
+                    os.makedirs(os.path.dirname(root + dst), exist_ok=True)
+                    cm = (volumes.get(mounts.get(os.path.dirname(src)), {}).get("configMap") or {}).get("name")
+                    with open(root + src, "w") as f:
+                        f.write(configmaps.get(cm, {}).get("data", {}).get(os.path.basename(src), ""))
+                    a = f"{root}{src}:{root}{dst}"
+                rewritten.append(a)
+            args = rewritten
+            expect, timeout = None, 2
+        else:
+            return
+        try:
+            result = subprocess.run(
+                [binary] + args, env=env, capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            if expect is not None:
+                bad(cw, f"`leader-gate {' '.join(argv)}` did not exit within {timeout}s")
+            return
+        if expect is None:
+            bad(cw, f"`leader-gate {' '.join(argv)}` exited {result.returncode}: {result.stderr.strip()[-300:]}")
+        elif result.returncode != expect:
+            bad(cw, f"`leader-gate {' '.join(argv)}` exited {result.returncode}, expected {expect}: {result.stderr.strip()[-300:]}")
+        elif sub == "install":
+            copy = subprocess.run([root + dest, "--version"], capture_output=True, text=True)
+            if copy.returncode != 0 or not copy.stdout.startswith("leader-gate "):
+                bad(cw, "the installed copy does not run")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main():
+    rendered, manifests, binary = sys.argv[1:4]
+    with open(rendered) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    check_kustomization(manifests)
+    configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    ran = 0
+    for doc, template in pod_templates(docs):
+        where = name_of(doc)
+        check_security(where, template["spec"])
+        gates = check_leader_gate(docs, doc, template)
+        volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
+        for container, argv in gates:
+            if argv:
+                run_binary(binary, where, container, argv, configmaps, volumes)
+                ran += 1
+    for finding in findings:
+        print(f"FAIL {finding}")
+    print(f"check_manifests: {len(docs)} objects, {ran} leader-gate command lines run, {len(findings)} findings")
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
