@@ -184,6 +184,12 @@ pub struct ServeArgs {
         default_value_t = 3
     )]
     pub collector_health_failures: u32,
+
+    /// Record a Kubernetes Event about the Lease on each start and stop of
+    /// this instance ("X became leader"), as client-go does; best-effort.
+    /// Needs `create` on `events` in the Lease's namespace.
+    #[arg(long, env = "LEADER_GATE_RECORD_EVENTS")]
+    pub record_events: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -234,6 +240,8 @@ pub struct ServeConfig {
     pub log_format: LogFormat,
     /// The collector health check, if configured.
     pub collector_health: Option<collector_health::Options>,
+    /// Record Kubernetes Events about the Lease (`--record-events`).
+    pub record_events: bool,
 }
 
 // === impl ServeArgs ===
@@ -263,6 +271,7 @@ impl ServeArgs {
             log_format,
             collector_health_url,
             collector_health_failures,
+            record_events,
         } = self;
 
         if !is_dns1123_subdomain(&lease_name) {
@@ -398,6 +407,7 @@ impl ServeArgs {
             events_keep_alive,
             log_format,
             collector_health,
+            record_events,
         })
     }
 }
@@ -517,6 +527,16 @@ mod tests {
         assert!(
             config.collector_health.is_none(),
             "no health check by default"
+        );
+        assert!(!config.record_events, "no Kubernetes Events by default");
+    }
+
+    #[test]
+    fn kubernetes_events_are_recorded_only_when_asked() {
+        assert!(args(&["--record-events"]).unwrap().record_events);
+        assert!(
+            args(&["--record-events", "true"]).is_err(),
+            "a switch: takes no value"
         );
     }
 

@@ -19,6 +19,7 @@ use kube::runtime::watcher::{self, Event};
 
 use crate::api_error::ApiError;
 use crate::lease::{self, Lease};
+use crate::recorder::EventSink;
 
 /// What the election needs from the API server: one Lease.
 pub trait LeaseStore: Send + Sync + 'static {
@@ -208,6 +209,26 @@ impl LeaseStore for KubeLeaseStore {
                 }
                 Err(error) => tracing::warn!(%error, "could not reload API credentials"),
             }
+        }
+        .boxed()
+    }
+}
+
+/// Kubernetes Events go out on the Lease's client (credentials reloaded with
+/// it), to the Lease's namespace; the recorder times and explains them.
+impl EventSink for KubeLeaseStore {
+    fn create_event(
+        &self,
+        event: k8s_openapi::api::core::v1::Event,
+    ) -> BoxFuture<'static, Result<(), ApiError>> {
+        let events: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(self.api().into(), &self.namespace);
+        async move {
+            events
+                .create(&PostParams::default(), &event)
+                .await
+                .map(drop)
+                .map_err(ApiError::from_kube)
         }
         .boxed()
     }

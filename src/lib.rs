@@ -15,6 +15,8 @@
 //! - [`collector_health`]: the collector's health check, which gates contention.
 //! - [`state`]: the published leadership snapshot and the task's heartbeat.
 //! - [`events`]: the event log of transitions (ids, history, fan-out).
+//! - [`recorder`]: Kubernetes Events about the Lease (`--record-events`),
+//!   best-effort, from a bounded queue.
 //! - [`app`]: what the handlers share — the published state, the `/leader` body.
 //! - [`event_stream`]: `GET /events`, the log as server-sent events.
 //! - [`metrics`]: Prometheus metrics for `/metrics`.
@@ -48,6 +50,7 @@ pub mod http;
 pub mod lease;
 pub mod lease_client;
 pub mod metrics;
+pub mod recorder;
 pub mod server;
 pub mod sidecar;
 pub mod state;

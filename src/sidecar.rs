@@ -21,6 +21,7 @@ use crate::exit;
 use crate::http::{self, AppState};
 use crate::lease_client::{self, KubeLeaseStore};
 use crate::metrics::Metrics;
+use crate::recorder::{self, Recorder};
 use crate::server::{self, Limits};
 use crate::state::{Heartbeat, Publisher};
 
@@ -93,7 +94,20 @@ pub async fn run(config: ServeConfig) -> ExitCode {
         metrics = metrics.with_collector_health();
     }
     let metrics = Arc::new(metrics);
-    let (publisher, state) = Publisher::new(events.clone(), metrics.clone());
+    let (mut publisher, state) = Publisher::new(events.clone(), metrics.clone());
+    // Kubernetes Events (--record-events): queued by the publisher, sent by a
+    // task of their own on the Lease's client.
+    let mut recorder_task = None;
+    if config.record_events {
+        let subject = recorder::Subject {
+            namespace: namespace.clone(),
+            lease_name: config.lease_name.clone(),
+            identity: config.identity.clone(),
+        };
+        let (recorder, task) = Recorder::spawn(subject, Arc::new(store.clone()));
+        publisher = publisher.with_recorder(recorder);
+        recorder_task = Some(task);
+    }
     let heartbeat = Heartbeat::new();
     let stop_election = CancellationToken::new();
     let stop_serving = CancellationToken::new();
@@ -170,6 +184,11 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     // from a moment later than ours: allow a grace), and only then do the
     // event streams end, after the hand-over's events.
     let _ = tokio::time::timeout_at(deadline + SERVER_GRACE, driver).await;
+    // The driver is done with the publisher, so the recorder's queue ends:
+    // give the last Events (the stop) their one attempt, within the bound.
+    if let Some(task) = recorder_task {
+        let _ = tokio::time::timeout_at(deadline + SERVER_GRACE, task).await;
+    }
     stop_serving.cancel();
     for server in servers {
         let _ = tokio::time::timeout_at(deadline + 2 * SERVER_GRACE, server).await;

@@ -16,6 +16,7 @@ use crate::clock::{BootInstant, format_micro_time, wall_micros};
 use crate::election::Snapshot;
 use crate::events::{EventKind, EventLog, Transition};
 use crate::metrics::Metrics;
+use crate::recorder::Recorder;
 
 /// What is published after every change.
 #[derive(Clone, Debug, PartialEq)]
@@ -94,6 +95,8 @@ pub struct Publisher {
     tx: watch::Sender<LeaderState>,
     events: Arc<EventLog>,
     metrics: Arc<Metrics>,
+    /// Kubernetes Events for this instance's starts and stops, if recorded.
+    recorder: Option<Recorder>,
 }
 
 // === impl Publisher ===
@@ -108,8 +111,16 @@ impl Publisher {
             tx,
             events,
             metrics,
+            recorder: None,
         };
         (publisher, rx)
+    }
+
+    /// Also records each start and stop of this instance as a Kubernetes
+    /// Event (queued: publishing never waits for the API server).
+    pub fn with_recorder(mut self, recorder: Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -125,6 +136,9 @@ impl Publisher {
             for transition in &transitions {
                 let event = self.events.publish(transition.clone());
                 self.metrics.transition(&event);
+                if let Some(recorder) = &self.recorder {
+                    recorder.record(&event);
+                }
             }
             self.metrics
                 .state(snapshot.leading, snapshot.holder.is_some());

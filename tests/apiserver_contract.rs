@@ -1660,3 +1660,267 @@ async fn lists_paginate_and_serve_exact_resource_versions() {
             .contains("User \"system:anonymous\"")
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The Role the fake enforces, and core/v1 Events
+// ---------------------------------------------------------------------------------------
+
+/// By default the fake enforces the Role of `manifests/rbac.yaml` (its Lease name replaced
+/// by the served one), rule by rule; another Role can be swapped in, and its 403s are the
+/// real server's.
+#[tokio::test]
+async fn the_role_of_rbac_yaml_is_enforced_and_can_be_swapped() {
+    let api = FakeApiServer::start(NS, LEASE).await;
+    // The manifest, read independently of the fake: one Role, its rules as written.
+    let role = Role::from_manifest(RBAC_MANIFEST).expect("rbac.yaml has a Role");
+    assert!(
+        role.rules
+            .iter()
+            .any(|r| r.resource_names == [MANIFEST_LEASE_NAME]),
+        "rbac.yaml grants the lease it names in its header: {role:?}"
+    );
+    assert_eq!(
+        api.role(),
+        role.clone().with_lease_name(MANIFEST_LEASE_NAME, LEASE)
+    );
+    for (verb, resource, name, allowed) in [
+        (Verb::Get, Resource::Leases, LEASE, true),
+        (Verb::Update, Resource::Leases, LEASE, true),
+        (Verb::List, Resource::Leases, LEASE, true),
+        (Verb::Watch, Resource::Leases, LEASE, true),
+        (Verb::Create, Resource::Leases, "", true),
+        (Verb::Create, Resource::Events, "", true),
+        (Verb::Get, Resource::Leases, "other", false),
+        (Verb::List, Resource::Leases, "", false),
+        (Verb::Delete, Resource::Leases, LEASE, false),
+        (Verb::Patch, Resource::Leases, LEASE, false),
+        (Verb::List, Resource::Events, "", false),
+    ] {
+        assert_eq!(
+            api.role_allows(verb, resource, name),
+            allowed,
+            "{verb:?} {resource:?} {name:?}"
+        );
+    }
+
+    let token = api.token(CLIENT);
+    let user = format!("system:serviceaccount:{NS}:{CLIENT}");
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{LEASE}");
+    let body = to_string(&lease_object(LEASE, Some("pod-a"), 15));
+    let created = raw_request(
+        api.addr(),
+        "POST",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"),
+        Some(&token),
+        Some(&body),
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    let mut obj = created.json();
+    obj["spec"]["holderIdentity"] = json!("pod-b");
+    let put = to_string(&obj);
+    assert_eq!(
+        raw_request(api.addr(), "PUT", &path, Some(&token), Some(&put))
+            .await
+            .status,
+        200
+    );
+
+    // Without update (and the rest of the Role unchanged): the recorded 403 of exchange 17.
+    api.set_role(Role::from_repository_manifest(LEASE).without(
+        "coordination.k8s.io",
+        "leases",
+        "update",
+    ));
+    assert!(!api.role_allows(Verb::Update, Resource::Leases, LEASE));
+    assert!(api.role_allows(Verb::Get, Resource::Leases, LEASE));
+    let obj = raw_request(api.addr(), "GET", &path, Some(&token), None)
+        .await
+        .json();
+    let denied = raw_request(
+        api.addr(),
+        "PUT",
+        &path,
+        Some(&token),
+        Some(&to_string(&obj)),
+    )
+    .await;
+    assert_eq!(denied.status, 403);
+    let status = denied.json();
+    assert_eq!(
+        status["message"],
+        format!(
+            "leases.coordination.k8s.io \"{LEASE}\" is forbidden: User \"{user}\" cannot update resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"{NS}\""
+        )
+    );
+    assert_eq!(
+        status["details"],
+        json!({"name": LEASE, "group": "coordination.k8s.io", "kind": "leases"})
+    );
+    // An admin is not bound by the Role.
+    api.set_admin(CLIENT, true);
+    assert_eq!(
+        raw_request(
+            api.addr(),
+            "PUT",
+            &path,
+            Some(&token),
+            Some(&to_string(&obj))
+        )
+        .await
+        .status,
+        200
+    );
+}
+
+fn to_string(v: &Value) -> String {
+    serde_json::to_string(v).expect("serialize")
+}
+
+fn event_body(name: &str, namespace: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": { "name": name, "namespace": namespace },
+        "involvedObject": {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "name": LEASE, "namespace": namespace, "uid": "u-1",
+        },
+        "reason": "LeaderElection",
+        "message": "pod-a became leader",
+        "type": "Normal",
+        "source": { "component": "leader-gate" },
+        "firstTimestamp": "2026-11-29T17:26:29Z",
+        "lastTimestamp": "2026-11-29T17:26:29Z",
+        "count": 1,
+        "reportingComponent": "leader-gate",
+        "reportingInstance": "pod-a",
+    })
+}
+
+/// `POST /api/v1/namespaces/{ns}/events`: 201 with the stored object (server fields
+/// filled in as for a Lease), 409 for a taken name, 422 for an involvedObject in another
+/// namespace, and RBAC's 403 in the real server's words for the core group when the Role
+/// lacks `create` on `events`.
+#[tokio::test]
+async fn events_are_created_stored_validated_and_authorized() {
+    let api = FakeApiServer::start(NS, LEASE).await;
+    let token = api.token(CLIENT);
+    let user = format!("system:serviceaccount:{NS}:{CLIENT}");
+    let events_path = format!("/api/v1/namespaces/{NS}/events");
+    let rv_before = api.resource_version();
+    let body = event_body("demo.18b0f0c1a2b3c4d5", NS);
+    let created = raw_request(
+        api.addr(),
+        "POST",
+        &events_path,
+        Some(&token),
+        Some(&to_string(&body)),
+    )
+    .await;
+    assert_eq!(
+        created.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&created.body)
+    );
+    let obj = created.json();
+    assert_eq!(obj["message"], "pod-a became leader");
+    assert_eq!(obj["involvedObject"], body["involvedObject"]);
+    assert!(
+        obj["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| u.len() == 36)
+    );
+    assert!(rv_of(&obj) > rv_before);
+    assert!(obj["metadata"]["creationTimestamp"].is_string());
+    assert_eq!(api.events(), vec![obj.clone()]);
+    let log = api.requests();
+    let rec = log.last().unwrap();
+    assert_eq!(
+        (rec.verb, rec.resource, rec.name.as_deref(), rec.status),
+        (
+            Verb::Create,
+            Some(Resource::Events),
+            Some("demo.18b0f0c1a2b3c4d5"),
+            Some(201)
+        )
+    );
+
+    let again = raw_request(
+        api.addr(),
+        "POST",
+        &events_path,
+        Some(&token),
+        Some(&to_string(&body)),
+    )
+    .await;
+    assert_eq!(
+        (again.status, again.json()["reason"].clone()),
+        (409, json!("AlreadyExists"))
+    );
+    let mut elsewhere = event_body("demo.2", NS);
+    elsewhere["involvedObject"]["namespace"] = json!("other");
+    let invalid = raw_request(
+        api.addr(),
+        "POST",
+        &events_path,
+        Some(&token),
+        Some(&to_string(&elsewhere)),
+    )
+    .await;
+    assert_eq!(invalid.status, 422);
+    assert_eq!(invalid.json()["reason"], "Invalid");
+
+    // Events in another namespace: not in the Role's namespace.
+    let other = raw_request(
+        api.addr(),
+        "POST",
+        "/api/v1/namespaces/other/events",
+        Some(&token),
+        Some(&to_string(&event_body("demo.3", "other"))),
+    )
+    .await;
+    assert_eq!(other.status, 403);
+
+    api.set_role(Role::from_repository_manifest(LEASE).without("", "events", "create"));
+    let denied = raw_request(
+        api.addr(),
+        "POST",
+        &events_path,
+        Some(&token),
+        Some(&to_string(&event_body("demo.4", NS))),
+    )
+    .await;
+    assert_eq!(denied.status, 403);
+    assert_eq!(denied.header("x-content-type-options"), Some("nosniff"));
+    let status = denied.json();
+    assert_eq!(
+        status["message"],
+        format!(
+            "events is forbidden: User \"{user}\" cannot create resource \"events\" in API group \"\" in the namespace \"{NS}\""
+        )
+    );
+    assert_eq!(status["reason"], "Forbidden");
+    assert_eq!(status["details"], json!({"kind": "events"}));
+    assert_eq!(api.events().len(), 1, "nothing stored when denied");
+    // The Lease rules are unaffected.
+    assert!(api.role_allows(Verb::Update, Resource::Leases, LEASE));
+}
+
+/// kube-rs's typed `Api<Event>` (what the sidecar uses) creates Events through the fake.
+#[tokio::test]
+async fn kube_client_creates_events() {
+    use k8s_openapi::api::core::v1::Event;
+    let api = FakeApiServer::start(NS, LEASE).await;
+    let client = kube_client(&api, CLIENT).await;
+    let events: Api<Event> = Api::namespaced(client, NS);
+    let event: Event = serde_json::from_value(event_body("demo.5", NS)).expect("an Event");
+    let created = events
+        .create(&PostParams::default(), &event)
+        .await
+        .expect("created");
+    assert_eq!(created.message.as_deref(), Some("pod-a became leader"));
+    assert!(created.metadata.uid.is_some());
+    assert_eq!(api.events().len(), 1);
+}

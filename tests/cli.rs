@@ -174,6 +174,7 @@ fn help_documents_every_flag_and_its_environment_variable() {
         "--log-format",
         "--collector-health-url",
         "--collector-health-failures",
+        "--record-events",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help");
     }
@@ -181,6 +182,7 @@ fn help_documents_every_flag_and_its_environment_variable() {
         "LEADER_GATE_LEASE_NAME",
         "LEADER_GATE_IDENTITY",
         "LEADER_GATE_LEASE_DURATION",
+        "LEADER_GATE_RECORD_EVENTS",
     ] {
         assert!(help.contains(env), "{env} missing from --help");
     }

@@ -6,7 +6,9 @@
 //! with the real wording, a global resourceVersion, optimistic concurrency, no-op updates
 //! that keep the resourceVersion, newline-delimited JSON watches with BOOKMARKs, in-stream
 //! 410 `Expired`, streaming lists, RBAC 403s of a least-privilege Role and 401s for bad
-//! tokens. On top of that, tests can inject faults per client (see [`Fault`]).
+//! tokens. It also takes core/v1 Events (`POST /api/v1/namespaces/{ns}/events`, see
+//! [`FakeApiServer::events`]). On top of that, tests can inject faults per client (see
+//! [`Fault`]).
 //!
 //! The server runs on its own thread with its own tokio runtime, so it keeps serving
 //! whatever the test's runtime does (current-thread, blocked on a child process, ...).
@@ -29,11 +31,23 @@
 //! an older generation (see [`FakeApiServer::rotate_token`]), gets 401 `Unauthorized`.
 //! A request without an `Authorization` header is `system:anonymous` and gets 403.
 //!
-//! Every client is bound to the Role of the recordings in the server's namespace: it may
-//! `get`, `update`, `list` and `watch` only the configured lease name (a list or watch must
-//! carry `fieldSelector=metadata.name=<lease>`) and `create` any Lease; everything else
-//! (`delete`, `patch`, other namespaces, other names) is 403. Admin clients
-//! ([`FakeApiServer::set_admin`], like `kubectl` as cluster-admin) may do anything.
+//! Every client is bound (by a RoleBinding in the server's namespace) to one [`Role`],
+//! which RBAC applies as the real authorizer does: a request is allowed when a rule lists
+//! its verb, API group and resource (`*` matches all) and either has no `resourceNames` or
+//! lists the request's name. A `get`, `update`, `patch` or `delete` is named by its path, a
+//! `list` or `watch` by its `fieldSelector=metadata.name=...` (none without it), a `create`
+//! never; requests in other namespaces or at the cluster scope are 403. The 403 is the real
+//! server's (exchanges 10, 11, 15 to 17; `in API group ""` for core resources).
+//!
+//! By default the Role is the one of the project's `manifests/rbac.yaml`, with its Lease
+//! name (`metricbeat-leader`) replaced by the server's lease name, as the manifest tells its
+//! users to do: `get`, `update`, `list` and `watch` on that one Lease, `create` on Leases,
+//! `create` on Events. So every scenario test runs under exactly the permissions the
+//! project ships. [`FakeApiServer::set_role`] swaps in another Role (e.g.
+//! `Role::from_repository_manifest(lease).without("coordination.k8s.io", "leases",
+//! "update")`). Admin clients ([`FakeApiServer::set_admin`], like `kubectl` as
+//! cluster-admin) may do anything; a client whose RoleBinding was removed
+//! ([`FakeApiServer::set_role_binding`]) nothing.
 //!
 //! # Known differences from the real server
 //!
@@ -49,11 +63,16 @@
 //!   selectors; PATCH only as merge patch; no `deletecollection`.
 #![allow(dead_code)]
 
+mod core_events;
 mod handler;
 mod http;
+mod rbac;
 mod status;
 mod store;
 mod watch;
+
+#[allow(unused_imports)] // not every test binary uses every name
+pub use rbac::{Attributes, MANIFEST_LEASE_NAME, PolicyRule, RBAC_MANIFEST, Role};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -66,9 +85,38 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{oneshot, watch as tokio_watch};
 use tokio::task::JoinHandle;
 
+use core_events::Events;
 use store::Store;
 
-/// The API verb of a request, as RBAC names it (derived from method, path and `watch=true`).
+/// The resources the server serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Resource {
+    /// `coordination.k8s.io/v1` Leases: `/apis/coordination.k8s.io/v1/.../leases`.
+    Leases,
+    /// core/v1 Events: `/api/v1/namespaces/{ns}/events` (only `create` is served).
+    Events,
+}
+
+impl Resource {
+    /// The API group (`""` for the core group).
+    pub fn group(self) -> &'static str {
+        match self {
+            Resource::Leases => "coordination.k8s.io",
+            Resource::Events => "",
+        }
+    }
+
+    /// The resource as RBAC names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::Leases => "leases",
+            Resource::Events => "events",
+        }
+    }
+}
+
+/// The API verb of a request, as RBAC names it (derived from method, path and `watch=true`),
+/// for any [`Resource`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Verb {
     /// `GET .../leases/{name}`
@@ -77,11 +125,11 @@ pub enum Verb {
     List,
     /// `GET .../leases?watch=true`
     Watch,
-    /// `POST .../leases`
+    /// `POST .../leases`, `POST .../events`
     Create,
     /// `PUT .../leases/{name}`
     Update,
-    /// `PATCH .../leases/{name}` (only admins may patch; merge patches only)
+    /// `PATCH .../leases/{name}` (merge patches only)
     Patch,
     /// `DELETE .../leases/{name}`
     Delete,
@@ -182,6 +230,8 @@ pub struct RequestRecord {
     pub client: String,
     /// The API verb.
     pub verb: Verb,
+    /// The resource addressed; `None` for other paths (`/version`, unknown ones).
+    pub resource: Option<Resource>,
     /// The lease name from the path, the `metadata.name` field selector, or a create's body.
     pub name: Option<String>,
     /// The HTTP status, once the response head was sent (`None` while unanswered, for hangs,
@@ -207,6 +257,10 @@ struct ClientInfo {
 struct State {
     store: Store,
     clients: HashMap<String, ClientInfo>,
+    /// The Role every bound client has in the server's namespace.
+    role: Role,
+    /// core/v1 Events created through the API.
+    events: Events,
     faults: HashMap<String, Vec<Fault>>,
     watch_lag: HashMap<String, Duration>,
     bookmark_interval: Duration,
@@ -355,6 +409,8 @@ impl FakeApiServer {
             state: Mutex::new(State {
                 store: Store::new(),
                 clients: HashMap::new(),
+                role: Role::from_repository_manifest(lease_name),
+                events: Events::default(),
                 faults: HashMap::new(),
                 watch_lag: HashMap::new(),
                 bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
@@ -468,6 +524,28 @@ impl FakeApiServer {
         let inner = self.inner();
         let mut st = inner.lock();
         inner.ensure_client(&mut st, client).user = user.to_string();
+    }
+
+    /// Binds every client to `role` from now on (the next request is authorized by it),
+    /// in place of the default Role of `manifests/rbac.yaml`.
+    pub fn set_role(&self, role: Role) {
+        self.inner().lock().role = role;
+    }
+
+    /// The Role the clients are bound to.
+    pub fn role(&self) -> Role {
+        self.inner().lock().role.clone()
+    }
+
+    /// Whether the clients' Role allows this request in the server's namespace (the
+    /// authorization the server applies to a bound, non-admin client).
+    pub fn role_allows(&self, verb: Verb, resource: Resource, name: &str) -> bool {
+        self.inner().lock().role.allows(&Attributes {
+            verb: verb.rbac_name(),
+            group: resource.group(),
+            resource: resource.name(),
+            name,
+        })
     }
 
     /// Makes `client` a cluster admin (RBAC allows everything, like `kubectl` as admin), or
@@ -632,6 +710,12 @@ impl FakeApiServer {
         self.inner().lock().store.rv()
     }
 
+    /// Every core/v1 Event created through the API so far (in every namespace), in
+    /// creation order, as stored (with uid, resourceVersion, creationTimestamp).
+    pub fn events(&self) -> Vec<Value> {
+        self.inner().lock().events.all()
+    }
+
     // ----- faults -----
 
     /// Sets a fault for `client`: it replaces the client's fault for the verbs it covers
@@ -729,7 +813,7 @@ impl FakeApiServer {
         self.inner().lock().log.clone()
     }
 
-    /// The requests of `client` with `verb`, in arrival order.
+    /// The requests of `client` with `verb`, on any resource, in arrival order.
     pub fn requests_of(&self, client: &str, verb: Verb) -> Vec<RequestRecord> {
         self.inner()
             .lock()

@@ -1,4 +1,5 @@
-//! Connections and requests: routing, authentication, RBAC, faults and the Lease verbs.
+//! Connections and requests: routing, authentication, RBAC, faults, the Lease verbs and
+//! Event creation.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -11,9 +12,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use super::http::{self, Request};
+use super::rbac::Attributes;
 use super::status::{self, ApiError};
 use super::store::{Filter, LabelReq, to_json};
-use super::{FaultKind, Inner, RequestRecord, Verb, watch};
+use super::{FaultKind, Inner, RequestRecord, Resource, Verb, watch};
 
 /// Accepts connections until told to stop; then closes the listener and every connection.
 pub(super) async fn accept_loop(
@@ -65,11 +67,12 @@ pub(super) struct Route {
     pub ns: Option<String>,
     /// The name in the path (get/update/patch/delete).
     pub path_name: Option<String>,
-    /// True for the `leases` resource paths.
-    pub resource: bool,
+    /// The resource of the path; `None` for other paths.
+    pub resource: Option<Resource>,
 }
 
 const PREFIX: &str = "/apis/coordination.k8s.io/v1/";
+const CORE_PREFIX: &str = "/api/v1/";
 
 fn route(req: &Request) -> Route {
     let watch = req
@@ -79,16 +82,21 @@ fn route(req: &Request) -> Route {
         verb: Verb::Other,
         ns: None,
         path_name: None,
-        resource: false,
+        resource: None,
     };
-    let Some(rest) = req.path.strip_prefix(PREFIX) else {
+    let (resource, rest) = if let Some(rest) = req.path.strip_prefix(PREFIX) {
+        (Resource::Leases, rest)
+    } else if let Some(rest) = req.path.strip_prefix(CORE_PREFIX) {
+        (Resource::Events, rest)
+    } else {
         return other;
     };
+    let plural = resource.name();
     let segs: Vec<&str> = rest.split('/').collect();
     let (ns, name) = match segs.as_slice() {
-        ["leases"] => (None, None),
-        ["namespaces", ns, "leases"] => (Some(ns.to_string()), None),
-        ["namespaces", ns, "leases", name] if !name.is_empty() => {
+        [r] if *r == plural => (None, None),
+        ["namespaces", ns, r] if *r == plural => (Some(ns.to_string()), None),
+        ["namespaces", ns, r, name] if *r == plural && !name.is_empty() => {
             (Some(ns.to_string()), Some(name.to_string()))
         }
         _ => return other,
@@ -107,7 +115,7 @@ fn route(req: &Request) -> Route {
         verb,
         ns,
         path_name: name,
-        resource: true,
+        resource: Some(resource),
     }
 }
 
@@ -217,6 +225,7 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
             wall: SystemTime::now(),
             client: client.clone(),
             verb: route.verb,
+            resource: route.resource,
             name: name.clone(),
             status: None,
             method: req.method.clone(),
@@ -272,7 +281,15 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
                         return watch::reply_expired(inner, rec, w, &e.body, false, req.keep_alive)
                             .await;
                     }
-                    let e = status::for_code(code, &user, route.verb.rbac_name(), &ns, &rbac_name);
+                    let resource = route.resource.unwrap_or(Resource::Leases);
+                    let e = status::for_code(
+                        code,
+                        &user,
+                        route.verb.rbac_name(),
+                        (resource.group(), resource.name()),
+                        &ns,
+                        &rbac_name,
+                    );
                     return reply_error(inner, rec, w, e, &req).await;
                 }
             }
@@ -284,41 +301,49 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
         Auth::Anonymous | Auth::Client { .. } => {}
     }
 
-    if !route.resource {
+    let Some(resource) = route.resource else {
         return non_resource(inner, rec, w, &req, &user, matches!(auth, Auth::Anonymous)).await;
-    }
+    };
     if route.verb == Verb::Other {
         let e = if route.path_name.is_none() && req.method == "DELETE" {
             // deletecollection: only RBAC's answer is modelled.
-            status::forbidden(&user, "deletecollection", route.ns.as_deref(), "")
+            status::forbidden_on(
+                &user,
+                "deletecollection",
+                resource.group(),
+                resource.name(),
+                route.ns.as_deref(),
+                "",
+            )
         } else {
             status::method_not_allowed(&req.method)
         };
         return reply_error(inner, rec, w, e, &req).await;
     }
 
-    // RBAC: the Role of the recordings.
+    // RBAC: the clients' Role, bound in the server's namespace.
     let allowed = {
         let st = inner.lock();
         match st.clients.get(&client) {
             Some(info) if info.admin => true,
             Some(info) if info.bound => {
                 route.ns.as_deref() == Some(inner.namespace.as_str())
-                    && match route.verb {
-                        Verb::Create => true,
-                        Verb::Get | Verb::Update | Verb::List | Verb::Watch => {
-                            name.as_deref() == Some(inner.lease_name.as_str())
-                        }
-                        _ => false,
-                    }
+                    && st.role.allows(&Attributes {
+                        verb: route.verb.rbac_name(),
+                        group: resource.group(),
+                        resource: resource.name(),
+                        name: &rbac_name,
+                    })
             }
             _ => false,
         }
     };
     if !allowed {
-        let e = status::forbidden(
+        let e = status::forbidden_on(
             &user,
             route.verb.rbac_name(),
+            resource.group(),
+            resource.name(),
             route.ns.as_deref(),
             &rbac_name,
         );
@@ -337,6 +362,36 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
         .unwrap_or_else(|| "unknown".to_string());
     let dry_run = req.query_param("dryRun").is_some_and(|d| d == "All");
     let path_name = route.path_name.clone().unwrap_or_default();
+
+    if resource == Resource::Events {
+        let result = match route.verb {
+            Verb::Create => decode_event_body(&req).and_then(|body| {
+                let mut st = inner.lock();
+                let super::State { store, events, .. } = &mut *st;
+                events
+                    .create(store, &ns, body, &manager, dry_run)
+                    .map(|o| (201, o))
+            }),
+            // Only what a recorder needs is served.
+            _ => Err(status::method_not_allowed_on(&req.method, "events")),
+        };
+        return match result {
+            Ok((code, body)) => reply(inner, rec, w, code, &[], &body, &req, drop_response).await,
+            Err(e) => {
+                reply(
+                    inner,
+                    rec,
+                    w,
+                    e.code,
+                    &e.headers,
+                    &e.body,
+                    &req,
+                    drop_response,
+                )
+                .await
+            }
+        };
+    }
 
     let result: Result<(u16, Value), ApiError> = match route.verb {
         Verb::Get => {
@@ -423,6 +478,10 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
 
 fn decode_body(req: &Request) -> Result<Value, ApiError> {
     serde_json::from_slice(&req.body).map_err(|e| status::undecodable(format!("json: {e}")))
+}
+
+fn decode_event_body(req: &Request) -> Result<Value, ApiError> {
+    serde_json::from_slice(&req.body).map_err(|e| status::undecodable_event(format!("json: {e}")))
 }
 
 pub(super) fn make_filter(req: &Request, ns: Option<String>) -> Result<Filter, ApiError> {

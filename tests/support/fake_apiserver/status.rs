@@ -81,10 +81,15 @@ pub(super) fn path_not_found() -> ApiError {
 
 /// 405 for a method the resource does not support.
 pub(super) fn method_not_allowed(method: &str) -> ApiError {
+    method_not_allowed_on(method, RESOURCE)
+}
+
+/// 405 for a method `resource` does not support (here).
+pub(super) fn method_not_allowed_on(method: &str, resource: &str) -> ApiError {
     ApiError::new(
         405,
         "MethodNotAllowed",
-        format!("{method} is not supported on resources of kind \"leases\""),
+        format!("{method} is not supported on resources of kind \"{resource}\""),
         Some(json!({})),
     )
 }
@@ -188,20 +193,51 @@ pub(super) fn undecodable(err: impl std::fmt::Display) -> ApiError {
     ))
 }
 
-/// 403 from RBAC (exchanges 10, 11, 15, 16, 17): no name part for collection requests.
+/// 403 from RBAC on Leases (exchanges 10, 11, 15, 16, 17): no name part for collection
+/// requests.
 pub(super) fn forbidden(user: &str, verb: &str, namespace: Option<&str>, name: &str) -> ApiError {
+    forbidden_on(user, verb, GROUP, RESOURCE, namespace, name)
+}
+
+/// 403 from RBAC on any resource, in the words of exchanges 16 and 17: for the core group
+/// the resource is not qualified (`events is forbidden: ... in API group ""`) and
+/// `details` has no group.
+pub(super) fn forbidden_on(
+    user: &str,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> ApiError {
     let scope = match namespace {
         Some(ns) => format!("in the namespace \"{ns}\""),
         None => "at the cluster scope".to_string(),
     };
+    let qualified = if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    };
+    let subject = if name.is_empty() {
+        qualified
+    } else {
+        format!("{qualified} \"{name}\"")
+    };
+    let mut details = json!({ "kind": resource });
+    if !name.is_empty() {
+        details["name"] = json!(name);
+    }
+    if !group.is_empty() {
+        details["group"] = json!(group);
+    }
     ApiError::new(
         403,
         "Forbidden",
         format!(
-            "{} is forbidden: User \"{user}\" cannot {verb} resource \"{RESOURCE}\" in API group \"{GROUP}\" {scope}",
-            qualified_name(name)
+            "{subject} is forbidden: User \"{user}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
         ),
-        Some(name_details(name)),
+        Some(details),
     )
 }
 
@@ -284,11 +320,19 @@ pub(super) fn too_large_rv(requested: u64, current: u64) -> ApiError {
 }
 
 /// The answer a `FaultKind::Status(code)` gives for a request with this user, verb and name.
-pub(super) fn for_code(code: u16, user: &str, verb: &str, namespace: &str, name: &str) -> ApiError {
+/// A 403 names the request's `(group, resource)`.
+pub(super) fn for_code(
+    code: u16,
+    user: &str,
+    verb: &str,
+    (group, resource): (&str, &str),
+    namespace: &str,
+    name: &str,
+) -> ApiError {
     match code {
         400 => bad_request("the server rejected our request for an unknown reason"),
         401 => unauthorized(),
-        403 => forbidden(user, verb, Some(namespace), name),
+        403 => forbidden_on(user, verb, group, resource, Some(namespace), name),
         404 => not_found(name),
         409 => conflict(name),
         410 => expired(1, 1),
@@ -335,4 +379,50 @@ pub(super) fn delete_success(name: &str, uid: &str) -> Value {
         "status": "Success",
         "details": { "name": name, "group": GROUP, "kind": RESOURCE, "uid": uid },
     })
+}
+
+// ----- core/v1 Events -----
+
+/// 409 `AlreadyExists` for an Event name.
+pub(super) fn event_already_exists(name: &str) -> ApiError {
+    ApiError::new(
+        409,
+        "AlreadyExists",
+        format!("events \"{name}\" already exists"),
+        Some(json!({ "name": name, "kind": "events" })),
+    )
+}
+
+/// 422 `Invalid` from Event validation: `Event "x" is invalid: ...` (core group: no suffix).
+pub(super) fn event_invalid(name: &str, errors: &[FieldError]) -> ApiError {
+    let causes: Vec<Value> = errors
+        .iter()
+        .map(|e| json!({ "reason": e.reason, "message": e.message, "field": e.field }))
+        .collect();
+    let parts: Vec<String> = errors
+        .iter()
+        .map(|e| format!("{}: {}", e.field, e.message))
+        .collect();
+    let summary = if parts.len() == 1 {
+        parts[0].clone()
+    } else {
+        format!("[{}]", parts.join(", "))
+    };
+    let mut details = json!({ "kind": "Event", "causes": causes });
+    if !name.is_empty() {
+        details["name"] = json!(name);
+    }
+    ApiError::new(
+        422,
+        "Invalid",
+        format!("Event \"{name}\" is invalid: {summary}"),
+        Some(details),
+    )
+}
+
+/// 400 for an Event body the server cannot decode.
+pub(super) fn undecodable_event(err: impl std::fmt::Display) -> ApiError {
+    bad_request(format!(
+        "Event in version \"v1\" cannot be handled as a Event: {err}"
+    ))
 }

@@ -167,6 +167,14 @@ impl Store {
         self.rv
     }
 
+    /// A new resourceVersion for a write outside the Lease store (an Event): the counter
+    /// moves and waiters see it, but Lease watches get nothing (Events are not watched).
+    pub(super) fn bump_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.changed.send_replace(self.rv);
+        self.rv
+    }
+
     pub(super) fn oldest(&self) -> u64 {
         self.oldest
     }
@@ -1029,7 +1037,7 @@ type FieldPath = Vec<String>;
 
 /// The fields a manager can own: labels, annotations, top-level spec fields and other
 /// top-level fields.
-fn field_paths(obj: &Value) -> BTreeSet<FieldPath> {
+pub(super) fn field_paths(obj: &Value) -> BTreeSet<FieldPath> {
     let mut out = BTreeSet::new();
     let Some(m) = obj.as_object() else {
         return out;
@@ -1104,7 +1112,7 @@ fn flatten_fields(v: &Value, prefix: &mut FieldPath, out: &mut BTreeSet<FieldPat
     }
 }
 
-fn managed_entry(manager: &str, time: &str, fields: &BTreeSet<FieldPath>) -> Value {
+pub(super) fn managed_entry(manager: &str, time: &str, fields: &BTreeSet<FieldPath>) -> Value {
     json!({
         "manager": manager,
         "operation": "Update",
@@ -1166,7 +1174,7 @@ pub(super) fn k8s_time_now() -> String {
         .to_string()
 }
 
-fn random_uid() -> String {
+pub(super) fn random_uid() -> String {
     let hex = |n: usize| -> String {
         (0..n)
             .map(|_| char::from_digit(fastrand::u32(0..16), 16).expect("hex digit"))
