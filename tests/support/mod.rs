@@ -6,6 +6,7 @@
 pub mod events;
 pub mod fake_apiserver;
 pub mod health;
+pub mod history;
 pub mod monitor;
 pub mod prometheus;
 pub mod proxy;

@@ -85,8 +85,21 @@ impl Sidecar {
         timing: Timing,
         extra: &[&str],
     ) -> Sidecar {
+        Self::spawn_logged(api, dir, name, &format!("{name}.log"), timing, extra)
+    }
+
+    /// Like [`Sidecar::spawn_with`], logging to `<dir>/<log_name>` (a
+    /// restarted candidate keeps the log of its previous incarnation).
+    pub fn spawn_logged(
+        api: &FakeApiServer,
+        dir: &Path,
+        name: &str,
+        log_name: &str,
+        timing: Timing,
+        extra: &[&str],
+    ) -> Sidecar {
         let kubeconfig = api.write_kubeconfig(name, dir);
-        let log = dir.join(format!("{name}.log"));
+        let log = dir.join(log_name);
         let log_file = std::fs::File::create(&log).expect("create log file");
         let child = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
             .arg("serve")
@@ -180,6 +193,19 @@ impl Sidecar {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         None
+    }
+
+    /// The exit status if the process has exited, without waiting.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().expect("try_wait");
+        }
+        self.exit
+    }
+
+    /// The log file of this process.
+    pub fn log_path(&self) -> &Path {
+        &self.log
     }
 
     /// Resident set size of the process in KiB (Linux `VmRSS`).
