@@ -7,6 +7,11 @@
 //! actions (so "not leading" is out before any retry or release, G2). Nothing
 //! else mutates election state. A release, on shutdown or for an unhealthy
 //! collector, goes out only once the gates had their lag (G6).
+//!
+//! A watch that fails is not left to resume quietly: the machine is told
+//! ([`Input::WatchInterrupted`]) and a fresh watch, which lists first, is
+//! started within a retry period, so the machine sees the Lease again as a
+//! whole before it creates anything (G7).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,6 +101,8 @@ impl Driver {
         let mut watch = self.store.watch();
         // Restarts of the watch stream after a 401 or its end, in a row.
         let mut restarts = 0u32;
+        // Watch errors in a row.
+        let mut errors = 0u32;
         // Wake at least once per retry period so the heartbeat shows a live loop.
         let max_sleep = self.election.settings().retry_period;
         let mut silence = WatchSilence::default();
@@ -128,25 +135,28 @@ impl Driver {
                 item = watch.next() => match item {
                     Some(Ok(lease)) => {
                         restarts = 0;
+                        errors = 0;
                         silence.heard();
                         Input::Observed(lease)
                     }
                     Some(Err(ApiError::Unauthorized)) => {
                         self.reload_credentials().await;
                         restarts += 1;
-                        watch = self.restart_watch(restarts);
-                        continue;
+                        watch = self.restart_watch(auth_backoff(restarts));
+                        Input::WatchInterrupted
                     }
                     Some(Err(error)) => {
                         self.publisher.metrics().api_request("watch", Err(&error));
-                        tracing::debug!(%error, "lease watch failed; it retries with backoff");
+                        tracing::debug!(%error, "lease watch failed; a fresh one lists again");
                         silence.failed(&error);
-                        continue;
+                        errors += 1;
+                        watch = self.restart_watch(self.error_backoff(errors));
+                        Input::WatchInterrupted
                     }
                     None => {
                         restarts += 1;
-                        watch = self.restart_watch(restarts);
-                        continue;
+                        watch = self.restart_watch(auth_backoff(restarts));
+                        Input::WatchInterrupted
                     }
                 },
                 () = sleep_until(read_at.unwrap_or(wake)), if read_at.is_some() => {
@@ -201,16 +211,32 @@ impl Driver {
         }
     }
 
-    /// A new watch stream after `restarts` restarts in a row, started after
-    /// a jittered backoff (1 s doubling to 30 s) so a persistent 401 cannot
-    /// turn into a stream of LISTs.
-    fn restart_watch(&self, restarts: u32) -> BoxStream<'static, Result<Option<Lease>, ApiError>> {
-        let backoff = Duration::from_secs(1 << restarts.clamp(1, 6).saturating_sub(1))
-            .min(Duration::from_secs(30))
-            .mul_f64(1.0 + fastrand::f64() * 0.2);
+    /// After `errors` watch errors in a row: a quarter of the retry period,
+    /// doubling up to one retry period, jittered. kube-runtime's own backoff
+    /// (up to 30 s) would leave the view unconfirmed, and an absent Lease
+    /// uncreated, long after the API server is back; this is at most as
+    /// many requests as client-go's candidates make anyway (a GET per retry
+    /// period each).
+    fn error_backoff(&self, errors: u32) -> Duration {
+        let retry = self.election.settings().retry_period;
+        (retry / 4)
+            .saturating_mul(1 << errors.clamp(1, 3).saturating_sub(1))
+            .min(retry)
+            .mul_f64(0.8 + fastrand::f64() * 0.2)
+    }
+
+    /// A new watch stream (a fresh watcher lists first) started after
+    /// `backoff`.
+    fn restart_watch(
+        &self,
+        backoff: Duration,
+    ) -> BoxStream<'static, Result<Option<Lease>, ApiError>> {
         let delay =
             futures::stream::once(tokio::time::sleep(backoff)).filter_map(|()| async { None });
-        delay.chain(self.store.watch()).boxed()
+        // Made once the backoff is over, so it starts from what is true then.
+        let store = self.store.clone();
+        let fresh = futures::stream::once(async move { store.watch() }).flatten();
+        delay.chain(fresh).boxed()
     }
 
     /// One turn: feed the input, publish, then act.
@@ -348,6 +374,14 @@ impl Driver {
         }
         self.step(Input::Written(result)).await;
     }
+}
+
+/// After `restarts` 401s or ends of the stream in a row: 1 s doubling to
+/// 30 s, jittered, so a persistent 401 cannot turn into a stream of LISTs.
+fn auth_backoff(restarts: u32) -> Duration {
+    Duration::from_secs(1 << restarts.clamp(1, 6).saturating_sub(1))
+        .min(Duration::from_secs(30))
+        .mul_f64(1.0 + fastrand::f64() * 0.2)
 }
 
 fn now() -> Now {

@@ -28,13 +28,16 @@ struct Memory {
 }
 
 /// One candidate's connection to [`Memory`]; `hang` makes its writes hang,
-/// `unauthorized` makes every watch fail with a 401 at once.
+/// `unauthorized` makes every watch fail with a 401 at once, `watch_fails`
+/// every new watch with a transport error, and `cut` the open one.
 #[derive(Clone)]
 struct Client {
     name: String,
     memory: Arc<Memory>,
     hang: Arc<AtomicBool>,
     unauthorized: Arc<AtomicBool>,
+    watch_fails: Arc<AtomicBool>,
+    cut: Arc<watch::Sender<u64>>,
     watches_started: Arc<AtomicUsize>,
     reload_hangs: Arc<AtomicBool>,
 }
@@ -54,6 +57,8 @@ impl Memory {
             memory: self.clone(),
             hang: Arc::default(),
             unauthorized: Arc::default(),
+            watch_fails: Arc::default(),
+            cut: Arc::new(watch::channel(0).0),
             watches_started: Arc::default(),
             reload_hangs: Arc::default(),
         }
@@ -88,6 +93,21 @@ impl Memory {
             .unwrap()
             .push((client.into(), Instant::now()));
         Ok(lease)
+    }
+
+    /// An operator deletes the Lease.
+    fn delete(&self) {
+        self.object.lock().unwrap().0 = None;
+        self.changes.send_replace(None);
+    }
+
+    fn writes_by(&self, client: &str) -> Vec<Instant> {
+        let writes = self.writes.lock().unwrap();
+        writes
+            .iter()
+            .filter(|(c, _)| c == client)
+            .map(|(_, at)| *at)
+            .collect()
     }
 
     fn last_write_by(&self, client: &str) -> Instant {
@@ -139,13 +159,26 @@ impl LeaseStore for Client {
             let refused = futures::stream::once(async { Err(ApiError::Unauthorized) });
             return refused.chain(futures::stream::pending()).boxed();
         }
+        if self.watch_fails.load(Ordering::SeqCst) {
+            let refused =
+                futures::stream::once(async { Err(ApiError::Transport("refused".into())) });
+            return refused.chain(futures::stream::pending()).boxed();
+        }
         let rx = self.memory.changes.subscribe();
-        futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+        let mut cut = self.cut.subscribe();
+        cut.mark_unchanged();
+        futures::stream::unfold((rx, cut, true), |(mut rx, mut cut, first)| async move {
             if !first {
-                rx.changed().await.ok()?;
+                tokio::select! {
+                    changed = rx.changed() => changed.ok()?,
+                    _ = cut.changed() => {
+                        let error = Err(ApiError::Transport("connection reset".into()));
+                        return Some((error, (rx, cut, false)));
+                    }
+                }
             }
             let current = rx.borrow_and_update().clone();
-            Some((Ok(current), (rx, false)))
+            Some((Ok(current), (rx, cut, false)))
         })
         .boxed()
     }
@@ -359,6 +392,59 @@ async fn a_watch_refused_with_401_is_restarted_with_backoff_not_in_a_loop() {
     // 1, 2, 4, 8, 16, 30 s (+ jitter): about seven in a minute, not thousands.
     let n = started.load(Ordering::SeqCst);
     assert!((3..=9).contains(&n), "{n} watches in a minute");
+}
+
+/// The chaos test's overlap (seed 1890576493116111142), on paused time: b
+/// saw the Lease deleted, then its watch failed; a created the Lease and an
+/// operator deleted it again, unseen by b. A create retried from b's old view
+/// would succeed on that second absence while a may still lead.
+#[tokio::test(start_paused = true)]
+async fn a_failed_watch_is_listed_afresh_and_no_create_goes_out_from_the_stale_view() {
+    let memory = Memory::new();
+    let t0 = Instant::now();
+    let created = |identity: &str| {
+        crate::lease::created(
+            "ns",
+            "demo",
+            identity,
+            crate::clock::wall_micros(),
+            Duration::from_secs(15),
+        )
+    };
+    memory.write("a", created("a"), true).unwrap();
+    let b = memory.client("b");
+    let (fails, cut, started) = (
+        b.watch_fails.clone(),
+        b.cut.clone(),
+        b.watches_started.clone(),
+    );
+    let _b = Candidate::start(b);
+    sleep(Duration::from_secs(1)).await;
+    memory.delete();
+    sleep(Duration::from_secs(1)).await;
+    fails.store(true, Ordering::SeqCst);
+    cut.send_modify(|n| *n += 1);
+    sleep(Duration::from_secs(3)).await;
+    memory.write("a", created("a"), true).unwrap();
+    sleep(Duration::from_secs(1)).await;
+    memory.delete();
+    // b's old view expires at 1 + 15 s; its watch stays down until 40 s.
+    sleep_until(t0 + Duration::from_secs(40)).await;
+    assert_eq!(memory.writes_by("b"), [], "no create from a stale view");
+    let restarts = started.load(Ordering::SeqCst);
+    // 38 s of failures, one fresh watch every 0.4 to 2 s.
+    assert!((15..=60).contains(&restarts), "{restarts} watches");
+    fails.store(false, Ordering::SeqCst);
+    sleep(Duration::from_secs(20)).await;
+    let writes = memory.writes_by("b");
+    // Listed within a retry period; the absence it shows counts as a
+    // deletion seen then: a duration later, and a spread, b creates.
+    assert!(!writes.is_empty(), "b creates once the watch lists again");
+    let after = writes[0] - t0;
+    assert!(
+        after >= Duration::from_secs(55) && after <= Duration::from_secs(58),
+        "{after:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

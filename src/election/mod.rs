@@ -17,6 +17,14 @@
 //! - G7: a record is ours only with our identity *and* the `renewTime` of one
 //!   of our own writes; a deleted Lease or an unmarked cleared holder counts
 //!   as held by the last holder for one more duration.
+//! - G7, creating: a POST is no compare-and-swap of what we saw, only "does
+//!   not exist now" — an absence seen before the watch broke may since have
+//!   been a peer's Lease, deleted by an operator a moment ago while that peer
+//!   still leads (absent, created, deleted: ABA). So after
+//!   [`Input::WatchInterrupted`] the machine creates nothing until the watch
+//!   shows the Lease again, and an absence it then shows counts as a
+//!   deletion seen now: held by the last holder for one duration. (A PUT is
+//!   safe from a stale view: its resourceVersion precondition fails.)
 //!
 //! Collector health ([`Input::CollectorHealth`]) gates contention: while the
 //! collector is unhealthy the machine does not lead, makes no acquisition
@@ -64,6 +72,9 @@ pub enum Input {
     Read(Result<Option<Lease>, ApiError>),
     /// A deadline may have passed.
     Tick,
+    /// The watch failed or ended: changes may be missed until it delivers
+    /// the Lease again (the driver then starts a fresh one, which lists).
+    WatchInterrupted,
     /// Stop leading for good: the process is shutting down (G6).
     Shutdown,
     /// The collector passes (`true`) or fails its health check. Before the
@@ -257,6 +268,9 @@ pub struct Election {
     conflict_at: Option<Instant>,
     /// The last renew failed because the API server did not answer.
     renew_unreachable: bool,
+    /// The watch was interrupted and has not shown the Lease since: the
+    /// view may have missed changes (see the module docs, G7 creating).
+    watch_interrupted: bool,
     last_stop: Option<StopReason>,
     shutting_down: bool,
     /// The last [`Input::CollectorHealth`]; `None`: never told, healthy.
@@ -285,6 +299,7 @@ impl Election {
             failures: 0,
             conflict_at: None,
             renew_unreachable: false,
+            watch_interrupted: false,
             last_stop: None,
             shutting_down: false,
             collector_healthy: None,
@@ -312,7 +327,11 @@ impl Election {
     pub fn handle(&mut self, input: Input, now: Now) -> Vec<Action> {
         let mut actions = Vec::new();
         match input {
-            Input::Observed(lease) => self.observe(lease, now),
+            Input::Observed(lease) => {
+                // The watch shows the Lease again: the view is whole again.
+                let resumed = std::mem::take(&mut self.watch_interrupted);
+                self.observe(lease, now, resumed);
+            }
             Input::Written(result) => self.written(result, now, &mut actions),
             Input::Read(result) => {
                 // Only the answer to our read in flight counts.
@@ -323,6 +342,7 @@ impl Election {
                 }
             }
             Input::Tick => {}
+            Input::WatchInterrupted => self.watch_interrupted = true,
             Input::Shutdown => {
                 self.shutting_down = true;
                 self.step_down(StopReason::Shutdown);
@@ -449,7 +469,10 @@ impl Election {
 
     // --- observations ---
 
-    fn observe(&mut self, lease: Option<Lease>, now: Now) {
+    /// A new view of the Lease. `after_gap`: changes may have been missed
+    /// since the last one (the watch was interrupted), so an absence seen
+    /// again may be a new one (G7 creating).
+    fn observe(&mut self, lease: Option<Lease>, now: Now, after_gap: bool) {
         if let Some(lease) = &lease
             && self.is_stale(lease)
         {
@@ -473,7 +496,7 @@ impl Election {
             (Some(view), Some(new)) => {
                 view.lease.as_ref().map(Lease::content) != Some(new.content())
             }
-            (Some(view), None) => view.lease.is_some(),
+            (Some(view), None) => view.lease.is_some() || after_gap,
         };
         if !changed {
             // Same record (a label edit, a repeated event): keep the newer
@@ -483,7 +506,7 @@ impl Election {
             }
             return;
         }
-        let standing = self.standing_of(lease.as_ref());
+        let standing = self.standing_of(lease.as_ref(), after_gap);
         if let Standing::Held {
             holder: Some(holder),
             ..
@@ -504,7 +527,7 @@ impl Election {
     }
 
     /// How a newly observed record stands (G7).
-    fn standing_of(&self, lease: Option<&Lease>) -> Standing {
+    fn standing_of(&self, lease: Option<&Lease>, after_gap: bool) -> Standing {
         let local = self.settings.lease_duration;
         match lease {
             Some(lease) if lease.is_marked_released() => Standing::Free,
@@ -517,11 +540,17 @@ impl Election {
                 }
             }
             // Absent: free if it never existed as far as we know, else held by
-            // the last holder for one more duration.
+            // the last holder for one more duration — also when we cannot
+            // know, because changes may have been missed meanwhile.
             None => match &self.view {
                 None => Standing::Free,
                 Some(view) => match &view.standing {
-                    Standing::Free => Standing::Free,
+                    Standing::Free if !after_gap => Standing::Free,
+                    Standing::Free => Standing::Held {
+                        holder: self.last_holder.clone(),
+                        renew_micros: None,
+                        duration: local,
+                    },
                     Standing::Held { duration, .. } => Standing::Held {
                         holder: self.last_holder.clone(),
                         renew_micros: None,
@@ -641,7 +670,7 @@ impl Election {
             Ok(_) if self.current_version() != issued_on => self.conflict_at = None,
             Ok(lease) => {
                 self.conflict_at = None;
-                self.observe(lease, now);
+                self.observe(lease, now, self.watch_interrupted);
             }
             Err(error) => self.failed(&error, now, actions),
         }
@@ -683,7 +712,7 @@ impl Election {
                 self.failures = 0;
                 self.not_before = None;
                 self.renew_unreachable = false;
-                self.observe(Some(lease), now);
+                self.observe(Some(lease), now, false);
                 // The response may be older than what the watch already showed
                 // (another holder, a deletion): it counts only if the record
                 // we now hold is still this very write.
@@ -900,6 +929,11 @@ impl Election {
                     }
                 };
                 if now.instant >= attempt {
+                    if view.lease.is_none() && self.watch_interrupted {
+                        // A POST from a view the watch no longer confirms
+                        // could pass on an ABA (G7 creating): wait for it.
+                        return;
+                    }
                     self.acquire_at = None;
                     let lease = view.lease.clone();
                     let write = match lease {

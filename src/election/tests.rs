@@ -485,6 +485,78 @@ fn a_deleted_lease_ends_the_term_and_is_recreated_after_a_duration() {
     ));
 }
 
+/// Found by the chaos test (seed 1890576493116111142): b saw the Lease
+/// deleted, then its watch broke (API server restart, then 410s). Meanwhile a
+/// created the Lease and led, and an operator deleted it again; b's create,
+/// retried from its old view, landed right after that deletion and b led
+/// while a, which had not seen the deletion either, still did. A POST only
+/// asks "absent now?": absent, created, deleted passes it.
+#[test]
+fn an_absence_seen_before_the_watch_broke_justifies_no_create() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    h.server = None;
+    h.feed(Input::Observed(None), 1.0);
+    h.feed(Input::WatchInterrupted, 2.0);
+    // Without the interruption it would create at 16 s (deletion + duration).
+    assert_eq!(
+        h.first_write(2.0, 40.0),
+        None,
+        "no create from a stale view"
+    );
+    // A fresh watch lists: still absent — or absent again. Either way it
+    // counts as a deletion seen now.
+    h.feed(Input::Observed(None), 40.0);
+    assert_eq!(h.snapshot(40.0).holder.as_deref(), Some("a"));
+    assert_eq!(h.first_write(40.0, 54.95), None);
+    let (_, create) = h.first_write(55.0, 56.1).expect("creates a duration later");
+    assert!(matches!(
+        create,
+        Action::Write(Write {
+            op: WriteOp::Create(_),
+            purpose: Purpose::Acquire,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn an_absence_never_held_counts_as_held_for_a_duration_after_an_interruption() {
+    let mut h = Harness::new("b");
+    h.feed(Input::Observed(None), 0.0);
+    h.feed(Input::WatchInterrupted, 0.1);
+    assert_eq!(h.first_write(0.1, 5.0), None);
+    h.feed(Input::Observed(None), 5.0);
+    assert_eq!(h.first_write(5.0, 19.95), None);
+    assert!(h.first_write(20.0, 21.1).is_some());
+}
+
+#[test]
+fn an_interrupted_watch_delays_no_acquisition_by_put_and_no_first_look() {
+    // A PUT carries the resourceVersion it was built from: a stale view
+    // makes it fail, never succeed on something else.
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    h.feed(Input::WatchInterrupted, 1.0);
+    let (at, acquire) = h.first_write(1.0, 16.1).expect("acquires at expiry");
+    assert!(at >= 15.0);
+    assert!(matches!(
+        acquire,
+        Action::Write(Write {
+            op: WriteOp::Replace(_),
+            ..
+        })
+    ));
+    // A process whose watch failed before it ever saw anything creates at
+    // once when the API server first answers "absent" (DESIGN G7).
+    let mut h = Harness::new("c");
+    h.feed(Input::WatchInterrupted, 0.0);
+    h.feed(Input::Observed(None), 3.0);
+    assert!(h.first_write(3.0, 4.1).is_some());
+}
+
 #[test]
 fn a_lease_deleted_before_we_ever_saw_it_held_is_free() {
     let mut h = Harness::new("me");

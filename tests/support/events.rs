@@ -39,15 +39,27 @@ pub struct EventClient {
     parser: SseParser,
     queue: VecDeque<Received>,
     pub ended: bool,
+    /// The stream ended with a transport error, not a clean end.
+    pub failed: bool,
 }
 
 impl EventClient {
     /// Subscribes to `http://addr/events`, resuming after `last_event_id`.
     pub async fn connect(addr: SocketAddr, last_event_id: Option<&str>) -> EventClient {
-        let stream = TcpStream::connect(addr).await.expect("connect /events");
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        Self::try_connect(addr, last_event_id)
             .await
-            .expect("handshake");
+            .unwrap_or_else(|e| panic!("GET /events: {e}"))
+    }
+
+    /// Like [`EventClient::connect`], with an error instead of a panic (the
+    /// process may be gone).
+    pub async fn try_connect(
+        addr: SocketAddr,
+        last_event_id: Option<&str>,
+    ) -> Result<EventClient, Box<dyn std::error::Error + Send + Sync>> {
+        let stream = TcpStream::connect(addr).await?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(connection);
         let mut request = hyper::Request::get("/events")
             .header("host", addr.to_string())
@@ -56,16 +68,16 @@ impl EventClient {
             request = request.header("last-event-id", id);
         }
         let response = sender
-            .send_request(request.body(Empty::<Bytes>::new()).unwrap())
-            .await
-            .expect("GET /events");
-        EventClient {
+            .send_request(request.body(Empty::<Bytes>::new())?)
+            .await?;
+        Ok(EventClient {
             status: response.status().as_u16(),
             body: Some(response.into_body()),
             parser: SseParser::default(),
             queue: VecDeque::new(),
             ended: false,
-        }
+            failed: false,
+        })
     }
 
     /// The next event within `timeout`; `None` on timeout or end of stream.
@@ -78,8 +90,14 @@ impl EventClient {
             let body = self.body.as_mut()?;
             let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
                 Err(_) => return None,
-                Ok(None) | Ok(Some(Err(_))) => {
+                Ok(None) => {
                     self.ended = true;
+                    self.body = None;
+                    return None;
+                }
+                Ok(Some(Err(_))) => {
+                    self.ended = true;
+                    self.failed = true;
                     self.body = None;
                     return None;
                 }

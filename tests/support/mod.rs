@@ -8,6 +8,7 @@ pub mod fake_apiserver;
 pub mod file_gate;
 pub mod gate_clients;
 pub mod health;
+pub mod history;
 pub mod monitor;
 pub mod prometheus;
 pub mod proxy;

@@ -85,7 +85,15 @@ impl Sidecar {
         timing: Timing,
         extra: &[&str],
     ) -> Sidecar {
-        Self::spawn_on(api, dir, name, timing, ([127, 0, 0, 1], 0).into(), extra)
+        Self::spawn_full(
+            api,
+            dir,
+            name,
+            &format!("{name}.log"),
+            timing,
+            any_port(),
+            extra,
+        )
     }
 
     /// Like [`Sidecar::spawn_with`], with the gate listener on `gate`: a
@@ -99,8 +107,33 @@ impl Sidecar {
         gate: SocketAddr,
         extra: &[&str],
     ) -> Sidecar {
+        Self::spawn_full(api, dir, name, &format!("{name}.log"), timing, gate, extra)
+    }
+
+    /// Like [`Sidecar::spawn_with`], logging to `<dir>/<log_name>` (a
+    /// restarted candidate keeps the log of its previous incarnation).
+    pub fn spawn_logged(
+        api: &FakeApiServer,
+        dir: &Path,
+        name: &str,
+        log_name: &str,
+        timing: Timing,
+        extra: &[&str],
+    ) -> Sidecar {
+        Self::spawn_full(api, dir, name, log_name, timing, any_port(), extra)
+    }
+
+    fn spawn_full(
+        api: &FakeApiServer,
+        dir: &Path,
+        name: &str,
+        log_name: &str,
+        timing: Timing,
+        gate: SocketAddr,
+        extra: &[&str],
+    ) -> Sidecar {
         let kubeconfig = api.write_kubeconfig(name, dir);
-        let log = dir.join(format!("{name}.log"));
+        let log = dir.join(log_name);
         let log_file = std::fs::File::create(&log).expect("create log file");
         let child = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
             .arg("serve")
@@ -196,6 +229,19 @@ impl Sidecar {
         None
     }
 
+    /// The exit status if the process has exited, without waiting.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().expect("try_wait");
+        }
+        self.exit
+    }
+
+    /// The log file of this process.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
     /// Resident set size of the process in KiB (Linux `VmRSS`).
     pub fn rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
@@ -219,6 +265,11 @@ impl Drop for Sidecar {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Port 0 on 127.0.0.1: the kernel picks, the process logs what it bound.
+fn any_port() -> SocketAddr {
+    ([127, 0, 0, 1], 0).into()
 }
 
 /// The addresses a starting process logged in its `listening` line.
