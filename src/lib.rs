@@ -24,10 +24,12 @@
 //!   `exec` and `file-gate`, all on one consumer of `/events` that applies
 //!   the validity rule.
 //! - [`clock`]: boot clock for read-time validity, MicroTime formatting.
+//! - [`backoff`]: exponential, capped, jittered backoff for retry loops.
 //!
 //! `src/main.rs` wires these together and owns signals and exit codes.
 
 pub mod api_error;
+pub mod backoff;
 pub mod client;
 pub mod clock;
 pub mod collector_health;

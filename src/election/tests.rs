@@ -707,13 +707,23 @@ fn shutdown_steps_down_then_releases_with_the_term_mark() {
     assert!(actions.is_empty());
     assert!(!h.election.is_leading());
     assert_eq!(h.snapshot(t + 1.0).last_stop, Some(StopReason::Shutdown));
-    let release = h
-        .election
-        .release(h.now(t + 1.0), Duration::from_secs(5))
-        .unwrap();
-    let WriteOp::Replace(object) = &release.op else {
-        panic!()
+    let actions = h.feed(
+        Input::Release {
+            timeout: Duration::from_secs(5),
+        },
+        t + 1.0,
+    );
+    let [
+        Action::Write(Write {
+            purpose: Purpose::Release,
+            op: WriteOp::Replace(object),
+            timeout,
+        }),
+    ] = &actions[..]
+    else {
+        panic!("one release: {actions:?}")
     };
+    assert_eq!(*timeout, Duration::from_secs(5));
     assert_eq!(object.data["spec"].get("holderIdentity"), None);
     assert_eq!(
         object.metadata.annotations.as_ref().unwrap()[RELEASED_TERM_ANNOTATION],
@@ -729,11 +739,46 @@ fn shutdown_of_a_follower_releases_nothing() {
     let held = h.server_sets(LeaseBuilder::held_by("a"));
     h.feed(Input::Observed(Some(held)), 0.0);
     h.feed(Input::Shutdown, 1.0);
-    assert!(
-        h.election
-            .release(h.now(1.0), Duration::from_secs(5))
-            .is_none()
+    let release = Input::Release {
+        timeout: Duration::from_secs(5),
+    };
+    assert_eq!(h.feed(release, 1.0), vec![]);
+}
+
+#[test]
+fn a_release_waits_for_the_request_in_flight_and_builds_on_its_outcome() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let renew = h.tick(t + 2.0);
+    assert!(is_write(&renew, Purpose::Renew));
+    h.feed(Input::Shutdown, t + 2.1);
+    let release = || Input::Release {
+        timeout: Duration::from_secs(5),
+    };
+    assert_eq!(h.feed(release(), t + 2.2), vec![], "one request at a time");
+    // The renew landed: the release is a CAS on the record it wrote.
+    let renewed = h.accept(&renew[0]);
+    assert_eq!(h.feed(Input::Written(Ok(renewed)), t + 2.3), vec![]);
+    let actions = h.feed(release(), t + 2.4);
+    let [
+        Action::Write(Write {
+            purpose: Purpose::Release,
+            op: WriteOp::Replace(object),
+            ..
+        }),
+    ] = &actions[..]
+    else {
+        panic!("one release: {actions:?}")
+    };
+    assert_eq!(
+        object.metadata.resource_version.as_deref(),
+        Some(h.rv.to_string().as_str())
     );
+    // Its answer goes back through `handle`; nothing follows it.
+    let released = h.accept(&actions[0]);
+    assert_eq!(h.feed(Input::Written(Ok(released)), t + 2.5), vec![]);
+    assert!(!h.election.is_leading());
+    assert_eq!(h.first_write(t + 2.5, t + 40.0), None);
 }
 
 #[test]
