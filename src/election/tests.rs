@@ -827,13 +827,32 @@ fn the_next_wakeup_is_always_in_the_future_so_the_driver_never_spins() {
         })),
         at + 0.1,
     );
+    // Every attempt fails the same way: nothing is ever in flight after a
+    // step, so there is always a next attempt to wake up for.
+    let mut attempts = 0;
     for step in 0..400 {
         let t = at + 0.1 + step as f64 * 0.1;
-        h.tick(t);
-        if let Some(wake) = h.election.next_wakeup(h.now(t).instant) {
-            assert!(wake > h.now(t).instant);
+        if is_write(&h.tick(t), Purpose::Acquire) {
+            attempts += 1;
+            h.feed(
+                Input::Written(Err(ApiError::Server {
+                    code: 500,
+                    message: "x".into(),
+                })),
+                t,
+            );
         }
+        let now = h.now(t).instant;
+        let wake = h
+            .election
+            .next_wakeup(now)
+            .unwrap_or_else(|| panic!("no wakeup at {t} with nothing in flight"));
+        assert!(
+            wake > now,
+            "a wakeup at or before {t}: the driver would spin"
+        );
     }
+    assert!(attempts >= 3, "it kept retrying: {attempts}");
 }
 
 #[test]
@@ -891,11 +910,12 @@ fn a_late_answer_about_a_deleted_lease_is_ignored() {
     // showed us) arrives after it.
     let late = h.server_sets(LeaseBuilder::held_by("a").uid("old").renewed_at(5));
     h.feed(Input::Read(Ok(Some(late))), 2.0);
-    let wake = h
-        .election
-        .next_wakeup(h.now(2.0).instant)
-        .expect("a wakeup: the expiry of the deleted Lease's holder");
-    assert!(wake <= h.now(16.0).instant, "{wake:?}");
+    // The next thing to happen is the expiry one duration after the delete
+    // was seen — not one duration after the late answer.
+    assert_eq!(
+        h.election.next_wakeup(h.now(2.0).instant),
+        Some(h.now(16.0).instant)
+    );
     let (_, create) = h
         .first_write(16.0, 17.1)
         .expect("creates after one duration from the delete");
