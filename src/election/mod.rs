@@ -18,6 +18,9 @@
 //!   then asks for the marked release of our own record, once nothing is in
 //!   flight. Every write, the release included, comes out of
 //!   [`Election::handle`].
+//! - G5: a term's id is the Lease's uid and the `leaseTransitions` our
+//!   acquisition wrote, whatever the record says by the time we learn it
+//!   landed.
 //! - G7: a record is ours only with our identity *and* the `renewTime` of one
 //!   of our own writes; a deleted Lease or an unmarked cleared holder counts
 //!   as held by the last holder for one more duration.

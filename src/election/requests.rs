@@ -177,18 +177,22 @@ impl Election {
 
     fn write(&mut self, purpose: Purpose, lease: &Lease, now: Now) -> Write {
         let micros = self.next_renew_micros(now);
-        let object = match purpose {
-            Purpose::Acquire => lease.acquired(
-                &self.settings.identity,
-                micros,
-                self.settings.lease_duration,
+        let (object, transitions) = match purpose {
+            Purpose::Acquire => (
+                lease.acquired(
+                    &self.settings.identity,
+                    micros,
+                    self.settings.lease_duration,
+                ),
+                lease.next_transitions(),
             ),
-            Purpose::Renew => lease.renewed(micros),
-            Purpose::Release => lease.released(),
+            Purpose::Renew => (lease.renewed(micros), lease.record().transitions),
+            Purpose::Release => (lease.released(), lease.record().transitions),
         };
         self.sent(
             purpose,
             micros,
+            transitions,
             now,
             lease.resource_version().map(str::to_owned),
         );
@@ -209,7 +213,8 @@ impl Election {
             micros,
             s.lease_duration,
         );
-        self.sent(Purpose::Acquire, micros, now, None);
+        // A new Lease starts at term 0.
+        self.sent(Purpose::Acquire, micros, 0, now, None);
         Write {
             purpose: Purpose::Acquire,
             op: WriteOp::Create(Box::new(object)),
@@ -217,12 +222,20 @@ impl Election {
         }
     }
 
-    fn sent(&mut self, purpose: Purpose, renew_micros: i64, now: Now, base_rv: Option<String>) {
+    fn sent(
+        &mut self,
+        purpose: Purpose,
+        renew_micros: i64,
+        transitions: i64,
+        now: Now,
+        base_rv: Option<String>,
+    ) {
         self.remember_own_write(OwnWrite {
             renew_micros,
             sent_at: now.instant,
             sent_boot: now.boot,
             purpose,
+            transitions,
         });
         self.pending = Some(Pending::Write {
             purpose,
@@ -271,15 +284,13 @@ impl Election {
                 // (another holder, a deletion): it counts only if the record
                 // we now hold is still this very write.
                 let current = self.view.as_ref().and_then(|v| v.lease.as_ref());
-                let this_write = current
-                    .and_then(|lease| self.own_write_of(&lease.record()))
-                    .is_some_and(|w| w.sent_at == sent_at);
-                if !this_write {
+                let this_write = current.and_then(|lease| {
+                    let write = self.own_write_of(&lease.record())?;
+                    (write.sent_at == sent_at).then(|| write.term(lease))
+                });
+                let Some(term) = this_write else {
                     return;
-                }
-                let term = current
-                    .map(Lease::term_id)
-                    .expect("an own record has a lease");
+                };
                 match purpose {
                     Purpose::Acquire
                         if !self.shutting_down

@@ -597,6 +597,39 @@ fn an_acquisition_whose_response_was_lost_leads_once_the_watch_shows_it() {
     );
 }
 
+/// Found by the property tests: the term id came from the record as last
+/// seen, so an edit of `leaseTransitions` between our acquisition and our
+/// learning of it could give our term the previous holder's id (G5).
+#[test]
+fn a_term_keeps_the_id_its_acquisition_wrote_whatever_the_record_says_later() {
+    for response_lost in [true, false] {
+        let mut h = Harness::new("me");
+        let held = h.server_sets(LeaseBuilder::held_by("a").transitions(4));
+        let previous = held.term_id();
+        h.feed(Input::Observed(Some(held)), 0.0);
+        let (at, acquire) = h.first_write(15.0, 16.1).unwrap();
+        let committed = h.accept(&acquire);
+        assert_eq!(committed.record().transitions, 5);
+        // Someone sets leaseTransitions back; holder and renewTime are still
+        // ours, so the record is still ours (G7). The watch shows it first.
+        let mut edited = committed.object().clone();
+        edited.data["spec"]["leaseTransitions"] = json!(4);
+        h.rv += 1;
+        edited.metadata.resource_version = Some(h.rv.to_string());
+        h.feed(Input::Observed(Some(Lease::new(edited))), at + 0.05);
+        let answer = if response_lost {
+            Err(ApiError::Timeout(Duration::from_secs(5)))
+        } else {
+            Ok(committed.clone())
+        };
+        h.feed(Input::Written(answer), at + 0.1);
+        assert!(h.election.is_leading(), "the record is ours");
+        let term = h.snapshot(at + 0.1).term.unwrap();
+        assert_eq!(term, committed.term_id(), "response lost: {response_lost}");
+        assert_ne!(term, previous);
+    }
+}
+
 #[test]
 fn throttling_waits_for_retry_after_and_a_401_reloads_credentials() {
     let mut h = Harness::new("b");

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::{Election, Now, Purpose, Role, StopReason};
 use crate::clock::BootInstant;
-use crate::lease::{self, Lease};
+use crate::lease::{self, Lease, TermId};
 
 /// How many own writes to remember: enough to recognise a renew whose
 /// response was lost even after a few retries.
@@ -50,6 +50,19 @@ pub(super) struct OwnWrite {
     pub(super) sent_at: Instant,
     pub(super) sent_boot: BootInstant,
     pub(super) purpose: Purpose,
+    /// The `leaseTransitions` it wrote: an acquisition's term (G5).
+    pub(super) transitions: i64,
+}
+
+// === impl OwnWrite ===
+
+impl OwnWrite {
+    /// The term this write made `lease` (which shows it): the transitions
+    /// it wrote, not what the record says now — an edit since may have set
+    /// them to an earlier term's value (G5). The uid cannot be edited.
+    pub(super) fn term(&self, lease: &Lease) -> TermId {
+        TermId::new(lease.uid(), self.transitions)
+    }
 }
 
 // === impl View ===
@@ -207,7 +220,7 @@ impl Election {
             {
                 // Our acquisition committed though its response was lost.
                 let lease = view.lease.as_ref().expect("an own record has a lease");
-                self.start_leading(lease.term_id(), write.sent_at, write.sent_boot);
+                self.start_leading(write.term(lease), write.sent_at, write.sent_boot);
             }
             (Role::Following, _) => {}
         }
