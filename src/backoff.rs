@@ -16,9 +16,11 @@ use std::time::Duration;
 /// cap decides anyway for every caller, and the shift cannot overflow.
 const MAX_DOUBLINGS: u32 = 7;
 
-/// `first`, doubled after every further failure in a row, up to `max`, plus
-/// a random extra of up to `jitter` (a fraction) of that so candidates that
-/// failed together do not retry together.
+/// `first`, doubled after every further failure in a row, plus a random
+/// extra of up to `jitter` (a fraction) of that so candidates that failed
+/// together do not retry together — and never more than `max`, jitter
+/// included: callers promise a bound (a follower tries again within a
+/// lease duration, so a healed cluster has a leader in time).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Backoff {
     pub first: Duration,
@@ -33,13 +35,14 @@ impl Backoff {
     /// `random` number in `[0, 1)`.
     pub fn delay(&self, failures: u32, random: f64) -> Duration {
         let doublings = failures.saturating_sub(1).min(MAX_DOUBLINGS);
-        let capped = self.first.saturating_mul(1 << doublings).min(self.max);
+        let exponential = self.first.saturating_mul(1 << doublings).min(self.max);
         let random = if random.is_finite() {
             random.clamp(0.0, 1.0)
         } else {
             0.0
         };
-        capped.saturating_add(capped.mul_f64(random * self.jitter))
+        let jitter = exponential.mul_f64(random * self.jitter);
+        exponential.saturating_add(jitter).min(self.max)
     }
 }
 
@@ -62,7 +65,7 @@ mod tests {
     }
 
     #[test]
-    fn jitter_adds_at_most_its_fraction_of_the_capped_delay() {
+    fn jitter_adds_at_most_its_fraction_and_never_passes_the_cap() {
         let backoff = Backoff {
             first: 2 * SECOND,
             max: 15 * SECOND,
@@ -70,9 +73,12 @@ mod tests {
         };
         assert_eq!(backoff.delay(1, 0.0), 2 * SECOND);
         assert_eq!(backoff.delay(1, 0.5), Duration::from_millis(2200));
-        assert_eq!(backoff.delay(9, 0.5), Duration::from_millis(16_500));
-        // Out-of-range randomness cannot exceed the bound.
-        assert_eq!(backoff.delay(9, 7.0), Duration::from_secs(18));
+        assert_eq!(backoff.delay(3, 0.25), Duration::from_millis(8400));
+        assert_eq!(backoff.delay(4, 0.5), 15 * SECOND, "16 s + jitter, capped");
+        assert_eq!(backoff.delay(9, 0.99), 15 * SECOND);
+        // Out-of-range randomness cannot exceed the bound either.
+        assert_eq!(backoff.delay(1, 7.0), Duration::from_millis(2400));
+        assert_eq!(backoff.delay(1, f64::NAN), 2 * SECOND);
     }
 
     #[test]
@@ -83,6 +89,7 @@ mod tests {
             jitter: 0.2,
         };
         assert_eq!(backoff.delay(u32::MAX, 0.0), Duration::from_millis(12_800));
+        assert!(backoff.delay(u32::MAX, 0.99) <= Duration::from_millis(15_360));
         let huge = Backoff {
             first: Duration::MAX,
             max: Duration::MAX,

@@ -519,6 +519,41 @@ fn a_forbidden_renew_ends_the_term_at_once_and_retries_with_backoff() {
     let _ = (action, action2);
 }
 
+/// Found by the property tests: the jitter came on top of the backoff's cap,
+/// so a follower that had failed a few times waited up to 1.2 lease
+/// durations — past `lease_duration + retry_period` after a fault healed.
+#[test]
+fn a_follower_that_keeps_failing_tries_again_within_a_lease_duration() {
+    let mut h = Harness::new("b");
+    h.feed(Input::Observed(None), 0.0);
+    let mut failed = 0.0;
+    let mut gaps = Vec::new();
+    for round in 0..12 {
+        let (at, _) = h
+            .first_write(failed, failed + 20.0)
+            .unwrap_or_else(|| panic!("no attempt in round {round}"));
+        if round > 0 {
+            gaps.push(at - failed);
+        }
+        failed = at + 0.1;
+        let unavailable = ApiError::Server {
+            code: 503,
+            message: "unavailable".into(),
+        };
+        h.feed(Input::Written(Err(unavailable)), failed);
+    }
+    // Backoff up to the lease duration (15 s), then at most the
+    // acquisition spread (half a retry period) and a tick — never more.
+    assert!(
+        gaps.iter().all(|gap| *gap <= 16.15),
+        "waited longer than a lease duration: {gaps:?}"
+    );
+    assert!(
+        gaps[6..].iter().all(|gap| *gap >= 15.0),
+        "the backoff reached its cap: {gaps:?}"
+    );
+}
+
 #[test]
 fn a_put_that_changes_nothing_does_not_count_as_a_renew() {
     let mut h = Harness::new("me");
