@@ -279,10 +279,16 @@ impl Election {
                 self.failures = 0;
                 self.not_before = None;
                 self.renew_unreachable = false;
-                self.observe(Some(lease), now);
-                // The response may be older than what the watch already showed
-                // (another holder, a deletion): it counts only if the record
-                // we now hold is still this very write.
+                // The write landed on `base_rv`. If the view has moved since,
+                // the watch showed this write or what came after it (another
+                // holder, a deletion, a recreated Lease): the answer is then
+                // older than the view and must not move it back — a view of a
+                // dead Lease would skip every event of the live one as a
+                // repeat (G1).
+                if self.current_version() == base_rv {
+                    self.observe(Some(lease), now);
+                }
+                // It counts only if the record we now hold is this very write.
                 let current = self.view.as_ref().and_then(|v| v.lease.as_ref());
                 let this_write = current.and_then(|lease| {
                     let write = self.own_write_of(&lease.record())?;

@@ -665,6 +665,44 @@ fn a_term_keeps_the_id_its_acquisition_wrote_whatever_the_record_says_later() {
     }
 }
 
+/// Found by the property tests: the answer to a create arrived after the
+/// watch had shown the Lease deleted and recreated by someone else. Taken as
+/// news, it moved the view back to the dead Lease; every event of the live
+/// one then looked like a repeat and was skipped, and acquisitions built on
+/// the dead one conflicted for ever (G1).
+#[test]
+fn a_late_answer_about_a_since_recreated_lease_does_not_blind_the_election() {
+    let mut h = Harness::new("me");
+    h.feed(Input::Observed(None), 0.0);
+    let (t, create) = h.first_write(0.0, 1.1).unwrap();
+    let ours = h.accept(&create);
+    let other = h.server_sets(LeaseBuilder::held_by("other").uid("uid-other"));
+    h.feed(Input::Observed(Some(other.clone())), t + 0.1);
+    h.feed(Input::Written(Ok(ours)), t + 0.2);
+    assert!(!h.election.is_leading(), "our Lease is gone");
+    assert_eq!(h.snapshot(t + 0.2).holder.as_deref(), Some("other"));
+    // Once other's record expired, it acquires the live Lease.
+    let (at, acquire) = h
+        .first_write(t + 0.2, t + 16.2)
+        .expect("acquires after the expiry");
+    let Action::Write(Write {
+        purpose: Purpose::Acquire,
+        op: WriteOp::Replace(object),
+        ..
+    }) = &acquire
+    else {
+        panic!("{acquire:?}")
+    };
+    assert_eq!(object.metadata.uid.as_deref(), Some("uid-other"));
+    assert_eq!(
+        object.metadata.resource_version.as_deref(),
+        other.resource_version()
+    );
+    let stored = h.accept(&acquire);
+    h.feed(Input::Written(Ok(stored)), at + 0.05);
+    assert!(h.election.is_leading());
+}
+
 #[test]
 fn throttling_waits_for_retry_after_and_a_401_reloads_credentials() {
     let mut h = Harness::new("b");
