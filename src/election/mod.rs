@@ -23,7 +23,9 @@
 //!   landed.
 //! - G7: a record is ours only with our identity *and* the `renewTime` of one
 //!   of our own writes; a deleted Lease or an unmarked cleared holder counts
-//!   as held by the last holder for one more duration.
+//!   as held by the last holder for one more duration. A term starts only
+//!   when our own acquisition landed on what we judged free — a create that
+//!   lands after a record we saw since was deleted starts none.
 //!
 //! Collector health ([`Input::CollectorHealth`]) gates contention: while the
 //! collector is unhealthy the machine does not lead, makes no acquisition

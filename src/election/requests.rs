@@ -236,6 +236,7 @@ impl Election {
             sent_boot: now.boot,
             purpose,
             transitions,
+            overtaken: false,
         });
         self.pending = Some(Pending::Write {
             purpose,
@@ -292,14 +293,15 @@ impl Election {
                 let current = self.view.as_ref().and_then(|v| v.lease.as_ref());
                 let this_write = current.and_then(|lease| {
                     let write = self.own_write_of(&lease.record())?;
-                    (write.sent_at == sent_at).then(|| write.term(lease))
+                    (write.sent_at == sent_at).then(|| (write.term(lease), write.overtaken))
                 });
-                let Some(term) = this_write else {
+                let Some((term, overtaken)) = this_write else {
                     return;
                 };
                 match purpose {
                     Purpose::Acquire
-                        if !self.shutting_down
+                        if !overtaken
+                            && !self.shutting_down
                             && self.collector_healthy()
                             && !self.is_leading() =>
                     {

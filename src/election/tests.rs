@@ -665,6 +665,50 @@ fn a_term_keeps_the_id_its_acquisition_wrote_whatever_the_record_says_later() {
     }
 }
 
+/// Found by the property tests (two candidates): a create carries no
+/// resourceVersion, so one sent while the Lease looked absent can land after
+/// a record we saw since was deleted — while its holder, which has not seen
+/// the deletion yet, still leads. Such a landing starts no term (G7); the
+/// record is left to expire and contention goes on (G1).
+#[test]
+fn a_create_that_lands_after_a_record_we_saw_was_deleted_starts_no_term() {
+    for response_lost in [false, true] {
+        let mut h = Harness::new("b");
+        h.feed(Input::Observed(None), 0.0);
+        let (t, create) = h.first_write(0.0, 1.1).unwrap();
+        // a's create wins, and the watch shows it while ours is in flight...
+        let a = h.server_sets(LeaseBuilder::held_by("a").uid("uid-a"));
+        h.feed(Input::Observed(Some(a)), t + 0.01);
+        // ...then an operator deletes the Lease, and ours lands on the absence.
+        h.server = None;
+        let ours = h.accept(&create);
+        if response_lost {
+            h.feed(
+                Input::Written(Err(ApiError::Timeout(Duration::from_secs(5)))),
+                t + 0.02,
+            );
+            h.feed(Input::Observed(Some(ours)), t + 0.03);
+        } else {
+            h.feed(Input::Written(Ok(ours)), t + 0.02);
+        }
+        assert!(
+            !h.election.is_leading(),
+            "a may lead until it sees the deletion (response lost: {response_lost})"
+        );
+        let (_, acquire) = h
+            .first_write(t + 0.03, t + 16.1)
+            .expect("contends again once the record expired");
+        assert!(matches!(
+            acquire,
+            Action::Write(Write {
+                purpose: Purpose::Acquire,
+                op: WriteOp::Replace(_),
+                ..
+            })
+        ));
+    }
+}
+
 /// Found by the property tests: the answer to a create arrived after the
 /// watch had shown the Lease deleted and recreated by someone else. Taken as
 /// news, it moved the view back to the dead Lease; every event of the live

@@ -52,6 +52,11 @@ pub(super) struct OwnWrite {
     pub(super) purpose: Purpose,
     /// The `leaseTransitions` it wrote: an acquisition's term (G5).
     pub(super) transitions: i64,
+    /// Someone else held the Lease in a record seen after this was sent. A
+    /// PUT cannot land after that (its resourceVersion is gone), but a
+    /// create can, once that record is deleted — a deletion its holder may
+    /// not have seen yet: such a landing starts no term (G7).
+    pub(super) overtaken: bool,
 }
 
 // === impl OwnWrite ===
@@ -185,6 +190,11 @@ impl Election {
         let Some(view) = &self.view else { return };
         let record = view.lease.as_ref().map(Lease::record);
         let own = record.as_ref().and_then(|r| self.own_write_of(r));
+        if own.is_none() && view.held_until().is_some() {
+            for write in &mut self.own_writes {
+                write.overtaken = true;
+            }
+        }
         let may_lead = !self.shutting_down && self.collector_healthy();
         match (&mut self.role, own) {
             (
@@ -215,6 +225,7 @@ impl Election {
             }
             (Role::Following, Some(write))
                 if write.purpose == Purpose::Acquire
+                    && !write.overtaken
                     && may_lead
                     && now.instant < write.sent_at + self.settings.renew_deadline =>
             {
