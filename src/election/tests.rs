@@ -12,6 +12,8 @@ use crate::api_error::Forbidden;
 use crate::lease::RELEASED_TERM_ANNOTATION;
 use crate::lease::fixtures::{LeaseBuilder, stored};
 
+mod properties;
+
 const SECOND: i64 = 1_000_000;
 
 struct Harness {
