@@ -56,6 +56,15 @@ pub fn api_resource() -> ApiResource {
 pub struct TermId(String);
 
 impl TermId {
+    /// Term `transitions` of the Lease `uid`.
+    pub fn new(uid: Option<&str>, transitions: i64) -> Self {
+        // The API server makes uids (36 characters); bound a forged one.
+        Self(format!(
+            "{}/{transitions}",
+            bounded(uid.unwrap_or_default(), 64)
+        ))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -132,12 +141,16 @@ impl Lease {
     }
 
     pub fn term_id(&self) -> TermId {
-        // The API server makes uids (36 characters); bound a forged one.
-        TermId(format!(
-            "{}/{}",
-            bounded(self.uid().unwrap_or_default(), 64),
-            self.record().transitions
-        ))
+        TermId::new(self.uid(), self.record().transitions)
+    }
+
+    /// The `leaseTransitions` an acquisition of this record writes: one
+    /// more, wrapping to 0 past the int32 the server stores.
+    pub fn next_transitions(&self) -> i64 {
+        match self.record().transitions {
+            MAX_TRANSITIONS => 0,
+            n => n + 1,
+        }
     }
 
     /// The record content whose change restarts a follower's expiry clock
@@ -164,10 +177,7 @@ impl Lease {
 
     /// This object with `holderIdentity` taken by `identity`: a new term.
     pub fn acquired(&self, identity: &str, now_micros: i64, duration: Duration) -> DynamicObject {
-        let transitions = match self.record().transitions {
-            MAX_TRANSITIONS => 0,
-            n => n + 1,
-        };
+        let transitions = self.next_transitions();
         let mut object = self.object.clone();
         if let Some(annotations) = object.metadata.annotations.as_mut() {
             annotations.remove(RELEASED_TERM_ANNOTATION);

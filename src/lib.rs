@@ -27,6 +27,7 @@
 //!   `exec` and `file-gate`, all on one consumer of `/events` that applies
 //!   the validity rule.
 //! - [`clock`]: boot clock for read-time validity, MicroTime formatting.
+//! - [`backoff`]: exponential, capped, jittered backoff for retry loops.
 //!
 //! - [`sidecar`]: `serve` as one function — listeners, driver, servers, the
 //!   shutdown sequence and its signals.
@@ -36,6 +37,7 @@
 
 pub mod api_error;
 pub mod app;
+pub mod backoff;
 pub mod client;
 pub mod clock;
 pub mod collector_health;

@@ -682,25 +682,71 @@ async fn a_partitioned_leader_steps_down_by_its_deadline_and_a_peer_takes_over_a
 async fn a_burst_of_429s_wedges_nothing() {
     let timing = Timing::FAST;
     let cluster = Cluster::start("throttle", &["a", "b"], timing).await;
-    cluster.wait_leader(timing.lease).await;
+    let (leader, _) = cluster.wait_leader(timing.lease).await;
+    cluster.next_write(&leader).await;
     let throttled = FaultKind::TooManyRequests {
-        retry_after: Duration::from_secs(1),
+        retry_after: timing.retry,
     };
     let burst = Instant::now();
     for name in ["a", "b"] {
         cluster.api.set_fault(name, Fault::all(throttled.clone()));
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Past the leader's renew deadline: every renew of the term is throttled.
+    tokio::time::sleep(timing.renew_deadline + timing.retry).await;
+    let healed = Instant::now();
     for name in ["a", "b"] {
         cluster.api.clear_faults(name);
     }
-    let throttled_answers = cluster
-        .api
-        .requests()
+
+    // Pacing, from the fake's log: each candidate honours Retry-After, so
+    // its writes are a retry period apart, except for one "last chance"
+    // try of the leader before its deadline — no burst of PUTs.
+    let window = healed - burst;
+    for name in ["a", "b"] {
+        let writes: Vec<Instant> = cluster
+            .requests(name)
+            .into_iter()
+            .filter(|r| matches!(r.verb, Verb::Update | Verb::Create))
+            .filter(|r| r.at > burst && r.at < healed)
+            .map(|r| r.at)
+            .collect();
+        let quick = writes
+            .windows(2)
+            .filter(|w| w[1] - w[0] < timing.retry.mul_f64(0.8))
+            .count();
+        let allowed = (window.as_secs_f64() / timing.retry.as_secs_f64()).ceil() as usize + 1;
+        let offsets: Vec<Duration> = writes.iter().map(|at| *at - burst).collect();
+        assert!(
+            quick <= 1 && writes.len() <= allowed,
+            "{name} wrote in a burst while throttled: {offsets:?}\n{}",
+            cluster.logs()
+        );
+    }
+    let leader_throttled = cluster
+        .requests(&leader)
         .into_iter()
         .filter(|r| r.at > burst && r.status == Some(429))
+        .filter(|r| matches!(r.verb, Verb::Update))
         .count();
-    assert!(throttled_answers >= 1);
+    assert!(
+        leader_throttled >= 2,
+        "the leader kept renewing while throttled: {leader_throttled}"
+    );
+    // And it stopped leading by its deadline: no 200 after the last renew
+    // that went through plus the renew deadline.
+    let last_ok = cluster
+        .writes(&leader)
+        .into_iter()
+        .rfind(|w| w.at < healed)
+        .expect("the leader renewed before the burst");
+    let late = cluster
+        .monitor
+        .samples_of(&leader)
+        .into_iter()
+        .find(|s| s.leading() && s.sent > last_ok.at + timing.renew_deadline);
+    assert!(late.is_none(), "200 after the renew deadline: {late:?}");
+
+    // Healed, someone leads again and every loop is alive.
     cluster.wait_leader(timing.lease * 3).await;
     for sidecar in &cluster.sidecars {
         assert_eq!(sidecar.admin_get("/healthz").await.unwrap().status, 200);

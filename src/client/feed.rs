@@ -21,6 +21,7 @@ use hyper::body::Incoming;
 use serde_json::Value;
 use tokio::time::{Instant, sleep_until};
 
+use crate::backoff::Backoff;
 use crate::client::sse::{SseMessage, SseParser};
 use crate::client::url::GateUrl;
 use crate::clock::{BootInstant, wall_micros};
@@ -33,8 +34,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Re-check the boot clock at least this often while leading: a monotonic
 /// timer does not fire on time after a suspend.
 const MAX_SLEEP: Duration = Duration::from_secs(1);
-const MIN_BACKOFF: Duration = Duration::from_millis(250);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Reconnecting to a local sidecar: quick at first, never a busy loop. No
+/// jitter: one client per sidecar, no herd to spread.
+const RECONNECT: Backoff = Backoff {
+    first: Duration::from_millis(250),
+    max: Duration::from_secs(5),
+    jitter: 0.0,
+};
 
 /// Leadership as this client may rely on it right now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,7 +114,8 @@ pub struct Feed {
     ready: VecDeque<Signal>,
     /// No connection attempt before this instant (backoff).
     retry_at: Instant,
-    backoff: Duration,
+    /// Failed connections in a row.
+    failures: u32,
     /// An outage was reported and not yet followed by a connection.
     down_reported: bool,
 }
@@ -131,7 +138,7 @@ impl Feed {
             validity: None,
             ready: VecDeque::new(),
             retry_at: Instant::now(),
-            backoff: Duration::ZERO,
+            failures: 0,
             down_reported: false,
         }
     }
@@ -219,7 +226,7 @@ impl Feed {
                     parser: SseParser::default(),
                     heard_at: Instant::now(),
                 });
-                self.backoff = Duration::ZERO;
+                self.failures = 0;
                 self.down_reported = false;
                 self.ready.push_back(Signal::Connected);
             }
@@ -235,8 +242,8 @@ impl Feed {
     /// The stream is gone or could not be opened: retry after a backoff.
     fn lost(&mut self, why: String) {
         self.stream = None;
-        self.backoff = (self.backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
-        self.retry_at = Instant::now() + self.backoff;
+        self.failures = self.failures.saturating_add(1);
+        self.retry_at = Instant::now() + RECONNECT.delay(self.failures, 0.0);
         if !self.down_reported {
             self.down_reported = true;
             self.ready.push_back(Signal::Disconnected(why));

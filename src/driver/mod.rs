@@ -24,11 +24,19 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 use crate::api_error::ApiError;
+use crate::backoff::Backoff;
 use crate::clock::{BootInstant, wall_micros};
 use crate::election::{Action, Election, Input, Now, Purpose, Snapshot, Write, WriteOp};
 use crate::lease::Lease;
 use crate::lease_client::LeaseStore;
 use crate::state::{Heartbeat, Publisher};
+
+/// Restarts of the watch stream after a 401 or its end, in a row.
+const WATCH_RESTART: Backoff = Backoff {
+    first: Duration::from_secs(1),
+    max: Duration::from_secs(30),
+    jitter: 0.2,
+};
 
 /// How the driver shuts down (G6).
 #[derive(Clone, Debug)]
@@ -241,6 +249,10 @@ impl Driver {
 
     /// One turn: feed the input, publish, then act.
     async fn step(&mut self, input: Input) {
+        let why = match input {
+            Input::Release { .. } => "shutdown",
+            _ => "collector unhealthy",
+        };
         let now = now();
         let before = self.election.snapshot(now.instant);
         let actions = self.election.handle(input, now);
@@ -253,8 +265,8 @@ impl Driver {
         for action in actions {
             match action {
                 Action::Write(write) if write.purpose == Purpose::Release => {
-                    // The machine releases for an unhealthy collector: like
-                    // on shutdown, not before the gates closed (G6).
+                    // On shutdown or for an unhealthy collector: not before
+                    // the gates closed (G6).
                     let gates_closed = self.gates_closed();
                     let release = self.send(write);
                     self.inflight = Some(Box::pin(async move {
@@ -263,10 +275,11 @@ impl Driver {
                         }
                         let input = release.await;
                         match &input {
-                            Input::Written(Ok(_)) => tracing::info!(
-                                "released the lease (collector unhealthy) for a peer to take at once"
-                            ),
+                            Input::Written(Ok(_)) => {
+                                tracing::info!(why, "released the lease for a peer to take at once")
+                            }
                             Input::Written(Err(error)) => tracing::warn!(
+                                why,
                                 %error,
                                 "could not release the lease; peers take it after it expires"
                             ),
@@ -358,30 +371,22 @@ impl Driver {
         if !options.release {
             return;
         }
+        // Nothing is in flight now: the machine releases the Lease if it is
+        // still ours, in what is left of the shutdown timeout (the write's
+        // own timeout), and the answer goes back to it like any other.
         let left = deadline.saturating_duration_since(Instant::now());
-        let Some(release) = self.election.release(now(), left) else {
-            return;
-        };
-        let result = match self.send(release).await {
-            Input::Written(result) => result,
-            _ => unreachable!("a write resolves to Input::Written"),
-        };
-        match &result {
-            Ok(_) => tracing::info!("released the lease for a peer to take at once"),
-            Err(error) => {
-                tracing::warn!(%error, "could not release the lease; peers take it after it expires")
-            }
+        self.step(Input::Release { timeout: left }).await;
+        if let Some(release) = self.inflight.take() {
+            let input = release.await;
+            self.step(input).await;
         }
-        self.step(Input::Written(result)).await;
     }
 }
 
 /// After `restarts` 401s or ends of the stream in a row: 1 s doubling to
 /// 30 s, jittered, so a persistent 401 cannot turn into a stream of LISTs.
 fn auth_backoff(restarts: u32) -> Duration {
-    Duration::from_secs(1 << restarts.clamp(1, 6).saturating_sub(1))
-        .min(Duration::from_secs(30))
-        .mul_f64(1.0 + fastrand::f64() * 0.2)
+    WATCH_RESTART.delay(restarts, fastrand::f64())
 }
 
 fn now() -> Now {

@@ -14,9 +14,18 @@
 //!   where `observed_at` is when the record content last changed here.
 //! - G4: writes are built from the last full object seen, with its
 //!   resourceVersion; a renew counts only if the resourceVersion changed.
+//! - G6: [`Input::Shutdown`] ends the term for good; [`Input::Release`]
+//!   then asks for the marked release of our own record, once nothing is in
+//!   flight. Every write, the release included, comes out of
+//!   [`Election::handle`].
+//! - G5: a term's id is the Lease's uid and the `leaseTransitions` our
+//!   acquisition wrote, whatever the record says by the time we learn it
+//!   landed.
 //! - G7: a record is ours only with our identity *and* the `renewTime` of one
 //!   of our own writes; a deleted Lease or an unmarked cleared holder counts
-//!   as held by the last holder for one more duration.
+//!   as held by the last holder for one more duration. A term starts only
+//!   when our own acquisition landed on what we judged free — a create that
+//!   lands after a record we saw since was deleted starts none.
 //! - G7, creating: a POST is no compare-and-swap of what we saw, only "does
 //!   not exist now" — an absence seen before the watch broke may since have
 //!   been a peer's Lease, deleted by an operator a moment ago while that peer
@@ -29,6 +38,15 @@
 //! Collector health ([`Input::CollectorHealth`]) gates contention: while the
 //! collector is unhealthy the machine does not lead, makes no acquisition
 //! attempt, and releases its own record once with the mark of G6.
+//!
+//! # Layout
+//!
+//! - this module: the types, [`Election::handle`], the snapshot and the
+//!   role changes (start, step down, the deadline on both clocks);
+//! - `view`: the Lease as seen here — observation, staleness, standing
+//!   (free or held until when) and ownership by content;
+//! - `requests`: what the machine asks of the API server — the next
+//!   request, writes and their results, backoff, timeouts, wakeups.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -38,7 +56,13 @@ use tokio::time::Instant;
 
 use crate::api_error::ApiError;
 use crate::clock::BootInstant;
-use crate::lease::{self, Lease, TermId};
+use crate::lease::{Lease, TermId};
+
+mod requests;
+mod view;
+
+use requests::Pending;
+use view::{OwnWrite, View};
 
 /// Static settings of one candidate.
 #[derive(Clone, Debug)]
@@ -77,6 +101,12 @@ pub enum Input {
     WatchInterrupted,
     /// Stop leading for good: the process is shutting down (G6).
     Shutdown,
+    /// Hand the Lease over (G6): implies [`Input::Shutdown`], then asks for
+    /// the marked release of our own record under `timeout` — only when
+    /// nothing is in flight (its outcome decides what the release builds
+    /// on), and never for a record that is not ours. The driver sends the
+    /// write only once the gates had their lag after the step-down.
+    Release { timeout: Duration },
     /// The collector passes (`true`) or fails its health check. Before the
     /// first of these the collector counts as healthy (no check configured).
     CollectorHealth(bool),
@@ -190,60 +220,6 @@ pub struct Snapshot {
     pub collector_healthy: Option<bool>,
 }
 
-/// Who the Lease belongs to, as judged here.
-#[derive(Clone, Debug, PartialEq)]
-enum Standing {
-    /// Absent since we first looked, or released with the mark of G6.
-    Free,
-    /// Claimed by `holder` (possibly only the last one seen, after a delete or
-    /// unmarked clear) until `observed_at + duration` — or ours.
-    Held {
-        holder: Option<String>,
-        renew_micros: Option<i64>,
-        duration: Duration,
-    },
-}
-
-/// The last observation of the Lease.
-#[derive(Clone, Debug)]
-struct View {
-    lease: Option<Lease>,
-    standing: Standing,
-    /// When the record content last changed, on our clock (G3).
-    observed_at: Instant,
-}
-
-/// A write of ours, remembered to recognise our own records (G7).
-#[derive(Clone, Copy, Debug)]
-struct OwnWrite {
-    renew_micros: i64,
-    sent_at: Instant,
-    sent_boot: BootInstant,
-    purpose: Purpose,
-}
-
-/// The request in flight, at most one.
-#[derive(Clone, Debug)]
-enum Pending {
-    Write {
-        purpose: Purpose,
-        sent_at: Instant,
-        sent_boot: BootInstant,
-        base_rv: Option<String>,
-    },
-    Read {
-        /// The resourceVersion known when the read was sent.
-        issued_on: Option<String>,
-    },
-}
-
-/// How many own writes to remember: enough to recognise a renew whose
-/// response was lost even after a few retries.
-const OWN_WRITES: usize = 16;
-/// How many recent resourceVersions to remember, to skip a watch event that
-/// repeats what a write response already told us.
-const SEEN_VERSIONS: usize = 16;
-
 /// The election of one candidate.
 #[derive(Debug)]
 pub struct Election {
@@ -343,9 +319,12 @@ impl Election {
             }
             Input::Tick => {}
             Input::WatchInterrupted => self.watch_interrupted = true,
-            Input::Shutdown => {
-                self.shutting_down = true;
-                self.step_down(StopReason::Shutdown);
+            Input::Shutdown => self.shut_down(),
+            Input::Release { timeout } => {
+                self.shut_down();
+                if let Some(release) = self.release(now, timeout) {
+                    actions.push(Action::Write(release));
+                }
             }
             Input::CollectorHealth(healthy) => {
                 self.collector_healthy = Some(healthy);
@@ -360,68 +339,6 @@ impl Election {
         self.enforce_deadline(now);
         self.next_request(now, &mut actions);
         actions
-    }
-
-    /// The release write of G6, if the Lease is still ours; `None` otherwise.
-    /// Call after [`Input::Shutdown`] once nothing is in flight. (While the
-    /// collector is unhealthy the machine asks for it itself.)
-    pub fn release(&mut self, now: Now, timeout: Duration) -> Option<Write> {
-        if self.is_leading() || self.pending.is_some() {
-            return None;
-        }
-        let lease = self.view.as_ref()?.lease.as_ref()?;
-        if !self.is_own(&lease.record()) {
-            return None;
-        }
-        let object = lease.released();
-        self.pending = Some(Pending::Write {
-            purpose: Purpose::Release,
-            sent_at: now.instant,
-            sent_boot: now.boot,
-            base_rv: lease.resource_version().map(str::to_owned),
-        });
-        Some(Write {
-            purpose: Purpose::Release,
-            op: WriteOp::Replace(Box::new(object)),
-            timeout,
-        })
-    }
-
-    /// The earliest instant after `handled` (the instant of the last input)
-    /// at which a [`Input::Tick`] may change something. Whatever was due at
-    /// `handled` has been done then, or waits for the request in flight.
-    pub fn next_wakeup(&self, handled: Instant) -> Option<Instant> {
-        let mut wake: Option<Instant> = None;
-        let mut at = |i: Instant| {
-            if i > handled {
-                wake = Some(wake.map_or(i, |w| w.min(i)));
-            }
-        };
-        if let Role::Leading {
-            deadline, renew_at, ..
-        } = self.role
-        {
-            at(deadline);
-            if self.pending.is_none() && self.conflict_at.is_none() {
-                at(self.not_before.map_or(renew_at, |nb| nb.max(renew_at)));
-            }
-        }
-        if let Some(conflict_at) = self.conflict_at {
-            at(conflict_at + self.settings.retry_period);
-        }
-        if let Some(not_before) = self.not_before {
-            at(not_before);
-        }
-        if let Some((_, attempt)) = self.acquire_at {
-            at(self.not_before.map_or(attempt, |nb| nb.max(attempt)));
-        }
-        if let Some(view) = &self.view {
-            // The holder shown to readers changes at expiry.
-            if let Standing::Held { duration, .. } = view.standing {
-                at(view.observed_at + duration);
-            }
-        }
-        wake
     }
 
     /// The facts to publish, as of `now`.
@@ -443,12 +360,7 @@ impl Election {
         let holder = if leading {
             Some(self.settings.identity.clone())
         } else {
-            self.view.as_ref().and_then(|view| match &view.standing {
-                Standing::Held {
-                    holder, duration, ..
-                } if now < view.observed_at + *duration => holder.clone(),
-                _ => None,
-            })
+            self.view.as_ref().and_then(|view| view.live_holder(now))
         };
         Snapshot {
             leading,
@@ -467,367 +379,6 @@ impl Election {
         self.collector_healthy != Some(false)
     }
 
-    // --- observations ---
-
-    /// A new view of the Lease. `after_gap`: changes may have been missed
-    /// since the last one (the watch was interrupted), so an absence seen
-    /// again may be a new one (G7 creating).
-    fn observe(&mut self, lease: Option<Lease>, now: Now, after_gap: bool) {
-        if let Some(lease) = &lease
-            && self.is_stale(lease)
-        {
-            return;
-        }
-        // Anything fresh answers a pending 409: the next write builds on it.
-        self.conflict_at = None;
-        if let Some(rv) = lease.as_ref().and_then(Lease::resource_version) {
-            self.remember_version(rv);
-        }
-        if lease.is_none()
-            && let Some(uid) = self.view.as_ref().and_then(|v| v.lease.as_ref()?.uid())
-        {
-            if self.deleted_uids.len() == SEEN_VERSIONS {
-                self.deleted_uids.pop_front();
-            }
-            self.deleted_uids.push_back(uid.to_owned());
-        }
-        let changed = match (&self.view, &lease) {
-            (None, _) => true,
-            (Some(view), Some(new)) => {
-                view.lease.as_ref().map(Lease::content) != Some(new.content())
-            }
-            (Some(view), None) => view.lease.is_some() || after_gap,
-        };
-        if !changed {
-            // Same record (a label edit, a repeated event): keep the newer
-            // object to write from, but not a new expiry clock (G3).
-            if let (Some(view), Some(new)) = (&mut self.view, lease) {
-                view.lease = Some(new);
-            }
-            return;
-        }
-        let standing = self.standing_of(lease.as_ref(), after_gap);
-        if let Standing::Held {
-            holder: Some(holder),
-            ..
-        } = &standing
-        {
-            self.last_holder = Some(holder.clone());
-        }
-        if standing == Standing::Free {
-            self.last_holder = None;
-        }
-        self.view = Some(View {
-            lease,
-            standing,
-            observed_at: now.instant,
-        });
-        self.acquire_at = None;
-        self.judge_ownership(now);
-    }
-
-    /// How a newly observed record stands (G7).
-    fn standing_of(&self, lease: Option<&Lease>, after_gap: bool) -> Standing {
-        let local = self.settings.lease_duration;
-        match lease {
-            Some(lease) if lease.is_marked_released() => Standing::Free,
-            Some(lease) => {
-                let record = lease.record();
-                Standing::Held {
-                    holder: record.holder.clone().or_else(|| self.last_holder.clone()),
-                    renew_micros: record.renew_micros,
-                    duration: record.duration.map_or(local, |d| d.max(local)),
-                }
-            }
-            // Absent: free if it never existed as far as we know, else held by
-            // the last holder for one more duration — also when we cannot
-            // know, because changes may have been missed meanwhile.
-            None => match &self.view {
-                None => Standing::Free,
-                Some(view) => match &view.standing {
-                    Standing::Free if !after_gap => Standing::Free,
-                    Standing::Free => Standing::Held {
-                        holder: self.last_holder.clone(),
-                        renew_micros: None,
-                        duration: local,
-                    },
-                    Standing::Held { duration, .. } => Standing::Held {
-                        holder: self.last_holder.clone(),
-                        renew_micros: None,
-                        duration: *duration,
-                    },
-                },
-            },
-        }
-    }
-
-    /// After an observation: step down if the record is no longer ours, take
-    /// credit for an own write whose response was lost.
-    fn judge_ownership(&mut self, now: Now) {
-        let Some(view) = &self.view else { return };
-        let record = view.lease.as_ref().map(Lease::record);
-        let own = record.as_ref().and_then(|r| self.own_write_of(r));
-        let may_lead = !self.shutting_down && self.collector_healthy();
-        match (&mut self.role, own) {
-            (
-                Role::Leading {
-                    deadline,
-                    valid_until,
-                    renew_at,
-                    ..
-                },
-                Some(write),
-            ) => {
-                // Still ours; a write we had no answer for counts from when it was sent.
-                *deadline = (*deadline).max(write.sent_at + self.settings.renew_deadline);
-                *valid_until =
-                    (*valid_until).max(write.sent_boot.plus(self.settings.renew_deadline));
-                *renew_at = (*renew_at).max(write.sent_at + self.settings.retry_period);
-                if write.purpose == Purpose::Renew {
-                    self.not_before = None;
-                }
-            }
-            (Role::Leading { .. }, None) => {
-                let reason = match record {
-                    None => StopReason::LeaseDeleted,
-                    Some(r) if r.holder.is_none() => StopReason::HolderCleared,
-                    Some(_) => StopReason::LostToOtherHolder,
-                };
-                self.step_down(reason);
-            }
-            (Role::Following, Some(write))
-                if write.purpose == Purpose::Acquire
-                    && may_lead
-                    && now.instant < write.sent_at + self.settings.renew_deadline =>
-            {
-                // Our acquisition committed though its response was lost.
-                let lease = view.lease.as_ref().expect("an own record has a lease");
-                self.start_leading(lease.term_id(), write.sent_at, write.sent_boot);
-            }
-            (Role::Following, _) => {}
-        }
-    }
-
-    fn is_own(&self, record: &lease::Record) -> bool {
-        self.own_write_of(record).is_some()
-    }
-
-    fn own_write_of(&self, record: &lease::Record) -> Option<OwnWrite> {
-        if record.holder.as_deref() != Some(self.settings.identity.as_str()) {
-            return None;
-        }
-        let renew = record.renew_micros?;
-        self.own_writes
-            .iter()
-            .rev()
-            .find(|w| w.renew_micros == renew && w.purpose != Purpose::Release)
-            .copied()
-    }
-
-    /// A watch event older than what a write response already showed.
-    fn is_stale(&self, lease: &Lease) -> bool {
-        let Some(rv) = lease.resource_version() else {
-            return false;
-        };
-        if self.seen_versions.iter().any(|seen| seen == rv) {
-            return true;
-        }
-        if lease
-            .uid()
-            .is_some_and(|uid| self.deleted_uids.iter().any(|d| d == uid))
-        {
-            return true;
-        }
-        // resourceVersions are opaque, but within one object they only grow;
-        // compare them when both are numbers (they are, on etcd).
-        let current = self.view.as_ref().and_then(|v| v.lease.as_ref());
-        match current {
-            Some(current) if current.uid() == lease.uid() => {
-                match (
-                    current.resource_version().map(str::parse::<u64>),
-                    rv.parse::<u64>(),
-                ) {
-                    (Some(Ok(current)), Ok(new)) => new < current,
-                    _ => false,
-                }
-            }
-            _ => false,
-        }
-    }
-
-    /// The answer to a fallback read sent when the version was `issued_on`.
-    fn read(
-        &mut self,
-        result: Result<Option<Lease>, ApiError>,
-        issued_on: Option<String>,
-        now: Now,
-        actions: &mut Vec<Action>,
-    ) {
-        match result {
-            // The watch showed something newer while the read was in flight
-            // (e.g. a recreated Lease): the answer is older than what we
-            // know, and a 404 in it would mark the live Lease as deleted (G1).
-            Ok(_) if self.current_version() != issued_on => self.conflict_at = None,
-            Ok(lease) => {
-                self.conflict_at = None;
-                self.observe(lease, now, self.watch_interrupted);
-            }
-            Err(error) => self.failed(&error, now, actions),
-        }
-    }
-
-    /// The resourceVersion of the Lease as last seen (`None`: absent).
-    fn current_version(&self) -> Option<String> {
-        let lease = self.view.as_ref()?.lease.as_ref()?;
-        lease.resource_version().map(str::to_owned)
-    }
-
-    fn remember_version(&mut self, rv: &str) {
-        if self.seen_versions.len() == SEEN_VERSIONS {
-            self.seen_versions.pop_front();
-        }
-        self.seen_versions.push_back(rv.to_owned());
-    }
-
-    // --- write and read results ---
-
-    fn written(&mut self, result: Result<Lease, ApiError>, now: Now, actions: &mut Vec<Action>) {
-        let Some(Pending::Write {
-            purpose,
-            sent_at,
-            sent_boot,
-            base_rv,
-        }) = self.pending.take()
-        else {
-            return;
-        };
-        match result {
-            // A PUT that changed nothing keeps the resourceVersion: it proves
-            // nothing about our claim (G4).
-            Ok(lease) if base_rv.is_some() && lease.resource_version() == base_rv.as_deref() => {
-                self.failures += 1;
-                self.not_before = Some(now.instant + self.settings.retry_period);
-            }
-            Ok(lease) => {
-                self.failures = 0;
-                self.not_before = None;
-                self.renew_unreachable = false;
-                self.observe(Some(lease), now, false);
-                // The response may be older than what the watch already showed
-                // (another holder, a deletion): it counts only if the record
-                // we now hold is still this very write.
-                let current = self.view.as_ref().and_then(|v| v.lease.as_ref());
-                let this_write = current
-                    .and_then(|lease| self.own_write_of(&lease.record()))
-                    .is_some_and(|w| w.sent_at == sent_at);
-                if !this_write {
-                    return;
-                }
-                let term = current
-                    .map(Lease::term_id)
-                    .expect("an own record has a lease");
-                match purpose {
-                    Purpose::Acquire
-                        if !self.shutting_down
-                            && self.collector_healthy()
-                            && !self.is_leading() =>
-                    {
-                        self.start_leading(term, sent_at, sent_boot);
-                    }
-                    Purpose::Renew => {
-                        if let Role::Leading {
-                            deadline,
-                            valid_until,
-                            renew_at,
-                            ..
-                        } = &mut self.role
-                        {
-                            *deadline = (*deadline).max(sent_at + self.settings.renew_deadline);
-                            *valid_until =
-                                (*valid_until).max(sent_boot.plus(self.settings.renew_deadline));
-                            *renew_at = sent_at + self.settings.retry_period;
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            Err(error) => {
-                match (&error, purpose) {
-                    (ApiError::Forbidden(_), Purpose::Renew) => {
-                        self.step_down(StopReason::Forbidden);
-                    }
-                    (ApiError::NotFound, Purpose::Renew) => {
-                        self.step_down(StopReason::LeaseDeleted);
-                    }
-                    _ => {}
-                }
-                if purpose == Purpose::Renew {
-                    self.renew_unreachable = error.is_unreachable();
-                }
-                let current_rv = self
-                    .view
-                    .as_ref()
-                    .and_then(|v| v.lease.as_ref())
-                    .and_then(Lease::resource_version);
-                let explained = matches!(error, ApiError::Conflict(_) | ApiError::NotFound)
-                    && current_rv != base_rv.as_deref();
-                if !explained {
-                    // Otherwise the watch already showed what changed: act on it now.
-                    self.failed(&error, now, actions);
-                }
-            }
-        }
-    }
-
-    /// What an error means for the next attempt.
-    fn failed(&mut self, error: &ApiError, now: Now, actions: &mut Vec<Action>) {
-        let retry = self.settings.retry_period;
-        match error {
-            // Someone else wrote: the watch will say what (DESIGN "Contention").
-            ApiError::Conflict(_) | ApiError::NotFound => {
-                self.conflict_at = Some(now.instant);
-            }
-            ApiError::TooManyRequests { retry_after } => {
-                // A server may ask for anything; a candidate that waited
-                // longer than a lease duration would miss whole terms.
-                let wait = retry_after
-                    .unwrap_or(retry)
-                    .min(self.settings.lease_duration);
-                let mut at = now.instant + wait;
-                if let Some(deadline) = self.lead_deadline() {
-                    // Honour Retry-After, but keep one last try before the
-                    // deadline — one, not one per 429 once it has come.
-                    let last_chance = deadline.checked_sub(retry / 2).unwrap_or(now.instant);
-                    if now.instant < last_chance {
-                        at = at.min(last_chance);
-                    }
-                }
-                self.not_before = Some(at);
-            }
-            ApiError::Unauthorized => {
-                actions.push(Action::ReloadCredentials);
-                self.backoff(now);
-            }
-            _ => self.backoff(now),
-        }
-    }
-
-    /// Exponential backoff from the retry period up to the lease duration,
-    /// with jitter so candidates spread out.
-    fn backoff(&mut self, now: Now) {
-        self.failures = self.failures.saturating_add(1);
-        if self.is_leading() {
-            // A leader retries every retry period until its deadline.
-            self.not_before = Some(now.instant + self.settings.retry_period);
-            return;
-        }
-        let base = self.settings.retry_period;
-        let exp = base.saturating_mul(1 << self.failures.min(8).saturating_sub(1));
-        let capped = exp.min(self.settings.lease_duration);
-        let jitter = capped.mul_f64(self.rng.f64() * 0.2);
-        self.not_before = Some(now.instant + capped + jitter);
-    }
-
     // --- role changes ---
 
     fn start_leading(&mut self, term: TermId, sent_at: Instant, sent_boot: BootInstant) {
@@ -838,6 +389,11 @@ impl Election {
             renew_at: sent_at + self.settings.retry_period,
         };
         self.acquire_at = None;
+    }
+
+    fn shut_down(&mut self) {
+        self.shutting_down = true;
+        self.step_down(StopReason::Shutdown);
     }
 
     fn step_down(&mut self, reason: StopReason) {
@@ -865,160 +421,6 @@ impl Election {
             };
             self.step_down(reason);
         }
-    }
-
-    // --- the next request ---
-
-    fn next_request(&mut self, now: Now, actions: &mut Vec<Action>) {
-        if self.pending.is_some() || self.shutting_down || self.view.is_none() {
-            return;
-        }
-        if self.not_before.is_some_and(|nb| now.instant < nb) {
-            return;
-        }
-        if let Some(conflict_at) = self.conflict_at {
-            // The watch normally answers a 409 within milliseconds; a read is
-            // the fallback for a watch that stays silent.
-            if now.instant >= conflict_at + self.settings.retry_period {
-                self.conflict_at = Some(now.instant);
-                self.pending = Some(Pending::Read {
-                    issued_on: self.current_version(),
-                });
-                actions.push(Action::Read {
-                    timeout: self.request_timeout(now.instant),
-                });
-            }
-            return;
-        }
-        if !self.collector_healthy() {
-            // No acquisition for an unhealthy collector; our own record (a
-            // term just ended, or an acquisition that landed meanwhile) is
-            // released once, with the mark, so a healthy peer takes it now.
-            if !self.released_while_unhealthy {
-                let timeout = self.request_timeout(now.instant);
-                if let Some(release) = self.release(now, timeout) {
-                    self.released_while_unhealthy = true;
-                    actions.push(Action::Write(release));
-                }
-            }
-            return;
-        }
-        let Some(view) = &self.view else { return };
-        match &self.role {
-            Role::Leading { renew_at, .. } => {
-                if now.instant >= *renew_at
-                    && let Some(lease) = view.lease.clone()
-                {
-                    let write = self.write(Purpose::Renew, &lease, now);
-                    actions.push(Action::Write(write));
-                }
-            }
-            Role::Following => {
-                let free_at = match &view.standing {
-                    Standing::Free => view.observed_at,
-                    Standing::Held { duration, .. } => view.observed_at + *duration,
-                };
-                let attempt = match self.acquire_at {
-                    Some((expiry, attempt)) if expiry == free_at => attempt,
-                    _ => {
-                        // Spread the herd at each expiry or release.
-                        let spread = self.settings.retry_period.mul_f64(self.rng.f64() * 0.5);
-                        let attempt = free_at.max(now.instant) + spread;
-                        self.acquire_at = Some((free_at, attempt));
-                        attempt
-                    }
-                };
-                if now.instant >= attempt {
-                    if view.lease.is_none() && self.watch_interrupted {
-                        // A POST from a view the watch no longer confirms
-                        // could pass on an ABA (G7 creating): wait for it.
-                        return;
-                    }
-                    self.acquire_at = None;
-                    let lease = view.lease.clone();
-                    let write = match lease {
-                        Some(lease) => self.write(Purpose::Acquire, &lease, now),
-                        None => self.create(now),
-                    };
-                    actions.push(Action::Write(write));
-                }
-            }
-        }
-    }
-
-    /// A request may take no longer than the time left to the next deadline.
-    fn request_timeout(&self, now: Instant) -> Duration {
-        let limit = self.settings.renew_deadline / 2;
-        match self.lead_deadline() {
-            Some(deadline) => limit.min(deadline.saturating_duration_since(now)),
-            None => limit,
-        }
-    }
-
-    fn write(&mut self, purpose: Purpose, lease: &Lease, now: Now) -> Write {
-        let micros = self.next_renew_micros(now);
-        let object = match purpose {
-            Purpose::Acquire => lease.acquired(
-                &self.settings.identity,
-                micros,
-                self.settings.lease_duration,
-            ),
-            Purpose::Renew => lease.renewed(micros),
-            Purpose::Release => lease.released(),
-        };
-        self.sent(
-            purpose,
-            micros,
-            now,
-            lease.resource_version().map(str::to_owned),
-        );
-        Write {
-            purpose,
-            op: WriteOp::Replace(Box::new(object)),
-            timeout: self.request_timeout(now.instant),
-        }
-    }
-
-    fn create(&mut self, now: Now) -> Write {
-        let micros = self.next_renew_micros(now);
-        let s = &self.settings;
-        let object = lease::created(
-            &s.namespace,
-            &s.lease_name,
-            &s.identity,
-            micros,
-            s.lease_duration,
-        );
-        self.sent(Purpose::Acquire, micros, now, None);
-        Write {
-            purpose: Purpose::Acquire,
-            op: WriteOp::Create(Box::new(object)),
-            timeout: self.request_timeout(now.instant),
-        }
-    }
-
-    fn sent(&mut self, purpose: Purpose, renew_micros: i64, now: Now, base_rv: Option<String>) {
-        if self.own_writes.len() == OWN_WRITES {
-            self.own_writes.pop_front();
-        }
-        self.own_writes.push_back(OwnWrite {
-            renew_micros,
-            sent_at: now.instant,
-            sent_boot: now.boot,
-            purpose,
-        });
-        self.pending = Some(Pending::Write {
-            purpose,
-            sent_at: now.instant,
-            sent_boot: now.boot,
-            base_rv,
-        });
-    }
-
-    /// Every write gets a distinct `renewTime`, so each is recognisable (G7).
-    fn next_renew_micros(&self, now: Now) -> i64 {
-        let last = self.own_writes.back().map_or(i64::MIN, |w| w.renew_micros);
-        now.wall_micros.max(last + 1)
     }
 }
 

@@ -12,6 +12,8 @@ use crate::api_error::Forbidden;
 use crate::lease::RELEASED_TERM_ANNOTATION;
 use crate::lease::fixtures::{LeaseBuilder, stored};
 
+mod properties;
+
 const SECOND: i64 = 1_000_000;
 
 struct Harness {
@@ -591,6 +593,41 @@ fn a_forbidden_renew_ends_the_term_at_once_and_retries_with_backoff() {
     let _ = (action, action2);
 }
 
+/// Found by the property tests: the jitter came on top of the backoff's cap,
+/// so a follower that had failed a few times waited up to 1.2 lease
+/// durations — past `lease_duration + retry_period` after a fault healed.
+#[test]
+fn a_follower_that_keeps_failing_tries_again_within_a_lease_duration() {
+    let mut h = Harness::new("b");
+    h.feed(Input::Observed(None), 0.0);
+    let mut failed = 0.0;
+    let mut gaps = Vec::new();
+    for round in 0..12 {
+        let (at, _) = h
+            .first_write(failed, failed + 20.0)
+            .unwrap_or_else(|| panic!("no attempt in round {round}"));
+        if round > 0 {
+            gaps.push(at - failed);
+        }
+        failed = at + 0.1;
+        let unavailable = ApiError::Server {
+            code: 503,
+            message: "unavailable".into(),
+        };
+        h.feed(Input::Written(Err(unavailable)), failed);
+    }
+    // Backoff up to the lease duration (15 s), then at most the
+    // acquisition spread (half a retry period) and a tick — never more.
+    assert!(
+        gaps.iter().all(|gap| *gap <= 16.15),
+        "waited longer than a lease duration: {gaps:?}"
+    );
+    assert!(
+        gaps[6..].iter().all(|gap| *gap >= 15.0),
+        "the backoff reached its cap: {gaps:?}"
+    );
+}
+
 #[test]
 fn a_put_that_changes_nothing_does_not_count_as_a_renew() {
     let mut h = Harness::new("me");
@@ -667,6 +704,121 @@ fn an_acquisition_whose_response_was_lost_leads_once_the_watch_shows_it() {
         (h.deadline_secs() - (t + 10.0)).abs() < 1e-6,
         "counts from when it was sent"
     );
+}
+
+/// Found by the property tests: the term id came from the record as last
+/// seen, so an edit of `leaseTransitions` between our acquisition and our
+/// learning of it could give our term the previous holder's id (G5).
+#[test]
+fn a_term_keeps_the_id_its_acquisition_wrote_whatever_the_record_says_later() {
+    for response_lost in [true, false] {
+        let mut h = Harness::new("me");
+        let held = h.server_sets(LeaseBuilder::held_by("a").transitions(4));
+        let previous = held.term_id();
+        h.feed(Input::Observed(Some(held)), 0.0);
+        let (at, acquire) = h.first_write(15.0, 16.1).unwrap();
+        let committed = h.accept(&acquire);
+        assert_eq!(committed.record().transitions, 5);
+        // Someone sets leaseTransitions back; holder and renewTime are still
+        // ours, so the record is still ours (G7). The watch shows it first.
+        let mut edited = committed.object().clone();
+        edited.data["spec"]["leaseTransitions"] = json!(4);
+        h.rv += 1;
+        edited.metadata.resource_version = Some(h.rv.to_string());
+        h.feed(Input::Observed(Some(Lease::new(edited))), at + 0.05);
+        let answer = if response_lost {
+            Err(ApiError::Timeout(Duration::from_secs(5)))
+        } else {
+            Ok(committed.clone())
+        };
+        h.feed(Input::Written(answer), at + 0.1);
+        assert!(h.election.is_leading(), "the record is ours");
+        let term = h.snapshot(at + 0.1).term.unwrap();
+        assert_eq!(term, committed.term_id(), "response lost: {response_lost}");
+        assert_ne!(term, previous);
+    }
+}
+
+/// Found by the property tests (two candidates): a create carries no
+/// resourceVersion, so one sent while the Lease looked absent can land after
+/// a record we saw since was deleted — while its holder, which has not seen
+/// the deletion yet, still leads. Such a landing starts no term (G7); the
+/// record is left to expire and contention goes on (G1).
+#[test]
+fn a_create_that_lands_after_a_record_we_saw_was_deleted_starts_no_term() {
+    for response_lost in [false, true] {
+        let mut h = Harness::new("b");
+        h.feed(Input::Observed(None), 0.0);
+        let (t, create) = h.first_write(0.0, 1.1).unwrap();
+        // a's create wins, and the watch shows it while ours is in flight...
+        let a = h.server_sets(LeaseBuilder::held_by("a").uid("uid-a"));
+        h.feed(Input::Observed(Some(a)), t + 0.01);
+        // ...then an operator deletes the Lease, and ours lands on the absence.
+        h.server = None;
+        let ours = h.accept(&create);
+        if response_lost {
+            h.feed(
+                Input::Written(Err(ApiError::Timeout(Duration::from_secs(5)))),
+                t + 0.02,
+            );
+            h.feed(Input::Observed(Some(ours)), t + 0.03);
+        } else {
+            h.feed(Input::Written(Ok(ours)), t + 0.02);
+        }
+        assert!(
+            !h.election.is_leading(),
+            "a may lead until it sees the deletion (response lost: {response_lost})"
+        );
+        let (_, acquire) = h
+            .first_write(t + 0.03, t + 16.1)
+            .expect("contends again once the record expired");
+        assert!(matches!(
+            acquire,
+            Action::Write(Write {
+                purpose: Purpose::Acquire,
+                op: WriteOp::Replace(_),
+                ..
+            })
+        ));
+    }
+}
+
+/// Found by the property tests: the answer to a create arrived after the
+/// watch had shown the Lease deleted and recreated by someone else. Taken as
+/// news, it moved the view back to the dead Lease; every event of the live
+/// one then looked like a repeat and was skipped, and acquisitions built on
+/// the dead one conflicted for ever (G1).
+#[test]
+fn a_late_answer_about_a_since_recreated_lease_does_not_blind_the_election() {
+    let mut h = Harness::new("me");
+    h.feed(Input::Observed(None), 0.0);
+    let (t, create) = h.first_write(0.0, 1.1).unwrap();
+    let ours = h.accept(&create);
+    let other = h.server_sets(LeaseBuilder::held_by("other").uid("uid-other"));
+    h.feed(Input::Observed(Some(other.clone())), t + 0.1);
+    h.feed(Input::Written(Ok(ours)), t + 0.2);
+    assert!(!h.election.is_leading(), "our Lease is gone");
+    assert_eq!(h.snapshot(t + 0.2).holder.as_deref(), Some("other"));
+    // Once other's record expired, it acquires the live Lease.
+    let (at, acquire) = h
+        .first_write(t + 0.2, t + 16.2)
+        .expect("acquires after the expiry");
+    let Action::Write(Write {
+        purpose: Purpose::Acquire,
+        op: WriteOp::Replace(object),
+        ..
+    }) = &acquire
+    else {
+        panic!("{acquire:?}")
+    };
+    assert_eq!(object.metadata.uid.as_deref(), Some("uid-other"));
+    assert_eq!(
+        object.metadata.resource_version.as_deref(),
+        other.resource_version()
+    );
+    let stored = h.accept(&acquire);
+    h.feed(Input::Written(Ok(stored)), at + 0.05);
+    assert!(h.election.is_leading());
 }
 
 #[test]
@@ -779,13 +931,23 @@ fn shutdown_steps_down_then_releases_with_the_term_mark() {
     assert!(actions.is_empty());
     assert!(!h.election.is_leading());
     assert_eq!(h.snapshot(t + 1.0).last_stop, Some(StopReason::Shutdown));
-    let release = h
-        .election
-        .release(h.now(t + 1.0), Duration::from_secs(5))
-        .unwrap();
-    let WriteOp::Replace(object) = &release.op else {
-        panic!()
+    let actions = h.feed(
+        Input::Release {
+            timeout: Duration::from_secs(5),
+        },
+        t + 1.0,
+    );
+    let [
+        Action::Write(Write {
+            purpose: Purpose::Release,
+            op: WriteOp::Replace(object),
+            timeout,
+        }),
+    ] = &actions[..]
+    else {
+        panic!("one release: {actions:?}")
     };
+    assert_eq!(*timeout, Duration::from_secs(5));
     assert_eq!(object.data["spec"].get("holderIdentity"), None);
     assert_eq!(
         object.metadata.annotations.as_ref().unwrap()[RELEASED_TERM_ANNOTATION],
@@ -801,11 +963,46 @@ fn shutdown_of_a_follower_releases_nothing() {
     let held = h.server_sets(LeaseBuilder::held_by("a"));
     h.feed(Input::Observed(Some(held)), 0.0);
     h.feed(Input::Shutdown, 1.0);
-    assert!(
-        h.election
-            .release(h.now(1.0), Duration::from_secs(5))
-            .is_none()
+    let release = Input::Release {
+        timeout: Duration::from_secs(5),
+    };
+    assert_eq!(h.feed(release, 1.0), vec![]);
+}
+
+#[test]
+fn a_release_waits_for_the_request_in_flight_and_builds_on_its_outcome() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let renew = h.tick(t + 2.0);
+    assert!(is_write(&renew, Purpose::Renew));
+    h.feed(Input::Shutdown, t + 2.1);
+    let release = || Input::Release {
+        timeout: Duration::from_secs(5),
+    };
+    assert_eq!(h.feed(release(), t + 2.2), vec![], "one request at a time");
+    // The renew landed: the release is a CAS on the record it wrote.
+    let renewed = h.accept(&renew[0]);
+    assert_eq!(h.feed(Input::Written(Ok(renewed)), t + 2.3), vec![]);
+    let actions = h.feed(release(), t + 2.4);
+    let [
+        Action::Write(Write {
+            purpose: Purpose::Release,
+            op: WriteOp::Replace(object),
+            ..
+        }),
+    ] = &actions[..]
+    else {
+        panic!("one release: {actions:?}")
+    };
+    assert_eq!(
+        object.metadata.resource_version.as_deref(),
+        Some(h.rv.to_string().as_str())
     );
+    // Its answer goes back through `handle`; nothing follows it.
+    let released = h.accept(&actions[0]);
+    assert_eq!(h.feed(Input::Written(Ok(released)), t + 2.5), vec![]);
+    assert!(!h.election.is_leading());
+    assert_eq!(h.first_write(t + 2.5, t + 40.0), None);
 }
 
 #[test]
@@ -854,13 +1051,32 @@ fn the_next_wakeup_is_always_in_the_future_so_the_driver_never_spins() {
         })),
         at + 0.1,
     );
+    // Every attempt fails the same way: nothing is ever in flight after a
+    // step, so there is always a next attempt to wake up for.
+    let mut attempts = 0;
     for step in 0..400 {
         let t = at + 0.1 + step as f64 * 0.1;
-        h.tick(t);
-        if let Some(wake) = h.election.next_wakeup(h.now(t).instant) {
-            assert!(wake > h.now(t).instant);
+        if is_write(&h.tick(t), Purpose::Acquire) {
+            attempts += 1;
+            h.feed(
+                Input::Written(Err(ApiError::Server {
+                    code: 500,
+                    message: "x".into(),
+                })),
+                t,
+            );
         }
+        let now = h.now(t).instant;
+        let wake = h
+            .election
+            .next_wakeup(now)
+            .unwrap_or_else(|| panic!("no wakeup at {t} with nothing in flight"));
+        assert!(
+            wake > now,
+            "a wakeup at or before {t}: the driver would spin"
+        );
     }
+    assert!(attempts >= 3, "it kept retrying: {attempts}");
 }
 
 #[test]
@@ -918,11 +1134,12 @@ fn a_late_answer_about_a_deleted_lease_is_ignored() {
     // showed us) arrives after it.
     let late = h.server_sets(LeaseBuilder::held_by("a").uid("old").renewed_at(5));
     h.feed(Input::Read(Ok(Some(late))), 2.0);
-    let wake = h
-        .election
-        .next_wakeup(h.now(2.0).instant)
-        .expect("a wakeup: the expiry of the deleted Lease's holder");
-    assert!(wake <= h.now(16.0).instant, "{wake:?}");
+    // The next thing to happen is the expiry one duration after the delete
+    // was seen — not one duration after the late answer.
+    assert_eq!(
+        h.election.next_wakeup(h.now(2.0).instant),
+        Some(h.now(16.0).instant)
+    );
     let (_, create) = h
         .first_write(16.0, 17.1)
         .expect("creates after one duration from the delete");
