@@ -383,6 +383,15 @@ async fn a_deleted_lease_stops_the_leader_and_is_recreated_after_a_duration() {
     let timing = Timing::FAST;
     let cluster = Cluster::start("deleted", ABC, timing).await;
     let (leader, probe) = cluster.wait_leader(timing.lease).await;
+    // A deleted Lease counts as held by the last holder *observed*: a
+    // candidate that never saw this one (its create in flight across the
+    // deletion) cannot know better. So delete once everyone names it.
+    for name in ABC {
+        cluster
+            .sidecar(name)
+            .wait_for(timing.lease, |p| p.holder() == Some(leader.as_str()))
+            .await;
+    }
     let old_uid = cluster.lease()["metadata"]["uid"].clone();
     cluster.api.delete_lease(LEASE);
     let deleted = Instant::now();
