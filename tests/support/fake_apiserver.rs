@@ -243,6 +243,17 @@ pub struct RequestRecord {
     pub path: String,
 }
 
+/// Counters of what the fake API servers sent, see [`FakeApiServer::traffic`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Bytes of responses and watch chunks written.
+    pub bytes_written: u64,
+    /// Watch events (ADDED/MODIFIED/DELETED/ERROR) written, bookmarks excluded.
+    pub watch_events: u64,
+    /// BOOKMARK events written.
+    pub bookmarks: u64,
+}
+
 /// Per-client state: token generation, user name, role binding.
 #[derive(Clone, Debug)]
 struct ClientInfo {
@@ -822,6 +833,17 @@ impl FakeApiServer {
             .filter(|r| r.client == client && r.verb == verb)
             .cloned()
             .collect()
+    }
+
+    /// What the fake API servers of this process have sent so far (process-wide
+    /// counters: meaningful when one server runs at a time, as in the benchmarks).
+    pub fn traffic(&self) -> Traffic {
+        use std::sync::atomic::Ordering::Relaxed;
+        Traffic {
+            bytes_written: http::BYTES_WRITTEN.load(Relaxed),
+            watch_events: watch::EVENTS_SENT.load(Relaxed),
+            bookmarks: watch::BOOKMARKS_SENT.load(Relaxed),
+        }
     }
 
     /// Forgets the request log.

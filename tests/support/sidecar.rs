@@ -135,7 +135,12 @@ impl Sidecar {
         let kubeconfig = api.write_kubeconfig(name, dir);
         let log = dir.join(log_name);
         let log_file = std::fs::File::create(&log).expect("create log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        // LEADER_GATE_BIN: another build of the binary (the benchmark compares
+        // builds side by side); the one cargo built otherwise.
+        let binary = std::env::var_os("LEADER_GATE_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_leader-gate")));
+        let child = Command::new(binary)
             .arg("serve")
             .args(["--lease-name", api.lease_name()])
             .args(["--identity", name])
@@ -209,6 +214,11 @@ impl Sidecar {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn signal(&self, signal: i32) {
@@ -286,7 +296,7 @@ fn bound_addresses(log: &Path, name: &str) -> (SocketAddr, SocketAddr) {
             let admin = field(line, "admin=").expect("admin address in the listening line");
             return (gate, admin);
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(2));
     }
     panic!("{name} never logged its listening addresses");
 }

@@ -40,6 +40,15 @@ impl Request {
     }
 }
 
+/// Bytes the fake API servers of this process wrote to clients (response heads,
+/// bodies and watch chunks), for the benchmarks' load figures.
+pub(super) static BYTES_WRITTEN: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
+fn count(n: usize) {
+    BYTES_WRITTEN.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+}
+
 fn bad(msg: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.to_string())
 }
@@ -243,6 +252,7 @@ pub(super) async fn write_full<W: AsyncWrite + Unpin>(
     );
     let mut buf = h.into_bytes();
     buf.extend_from_slice(body);
+    count(buf.len());
     w.write_all(&buf).await?;
     w.flush().await
 }
@@ -263,6 +273,7 @@ pub(super) async fn write_truncated<W: AsyncWrite + Unpin>(
     );
     let mut buf = h.into_bytes();
     buf.extend_from_slice(&body[..body.len() / 2]);
+    count(buf.len());
     w.write_all(&buf).await?;
     w.flush().await?;
     w.shutdown().await
@@ -274,6 +285,7 @@ pub(super) async fn write_stream_head<W: AsyncWrite + Unpin>(
     code: u16,
 ) -> io::Result<()> {
     let h = head(code, &[], "transfer-encoding: chunked\r\n", true);
+    count(h.len());
     w.write_all(h.as_bytes()).await?;
     w.flush().await
 }
@@ -283,12 +295,14 @@ pub(super) async fn write_chunk<W: AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -
     let mut buf = format!("{:x}\r\n", data.len()).into_bytes();
     buf.extend_from_slice(data);
     buf.extend_from_slice(b"\r\n");
+    count(buf.len());
     w.write_all(&buf).await?;
     w.flush().await
 }
 
 /// Ends a chunked response.
 pub(super) async fn write_last_chunk<W: AsyncWrite + Unpin>(w: &mut W) -> io::Result<()> {
+    count(5);
     w.write_all(b"0\r\n\r\n").await?;
     w.flush().await
 }

@@ -79,6 +79,12 @@ pub(super) async fn reply_expired(
         && keep_alive
 }
 
+/// Watch events (not bookmarks) and bookmarks written to clients by the fake
+/// API servers of this process, for the benchmarks' load figures.
+pub(super) static EVENTS_SENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub(super) static BOOKMARKS_SENT: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
 /// Serves a watch request until `timeoutSeconds`, a fault or a signal ends it.
 pub(super) async fn serve(
     inner: &Arc<Inner>,
@@ -170,6 +176,12 @@ pub(super) async fn serve(
                         if http::write_chunk(w, line.as_bytes()).await.is_err() {
                             return false;
                         }
+                        let counter = if line.contains("\"BOOKMARK\"") {
+                            &BOOKMARKS_SENT
+                        } else {
+                            &EVENTS_SENT
+                        };
+                        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     Item::End => return http::write_last_chunk(w).await.is_ok() && req.keep_alive,
                     Item::ErrorEnd(line) => {
