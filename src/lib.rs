@@ -28,7 +28,6 @@
 //!   the validity rule.
 //! - [`clock`]: boot clock for read-time validity, MicroTime formatting.
 //! - [`backoff`]: exponential, capped, jittered backoff for retry loops.
-//!
 //! - [`sidecar`]: `serve` as one function — listeners, driver, servers, the
 //!   shutdown sequence and its signals.
 //! - [`exit`]: the exit codes.
