@@ -4,21 +4,22 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::process::Owned;
 use tokio::net::TcpListener;
 
 /// A running `leader-gate file-gate` process.
 pub struct FileGate {
     pub name: String,
-    child: Child,
+    process: Owned,
     log: PathBuf,
-    exit: Option<ExitStatus>,
 }
 
 impl FileGate {
@@ -55,41 +56,22 @@ impl FileGate {
             .expect("spawn leader-gate file-gate");
         FileGate {
             name: name.into(),
-            child,
+            process: Owned::new(child),
             log,
-            exit: None,
         }
     }
 
     pub fn signal(&self, signal: i32) {
-        // SAFETY: kill(2) on our own child's pid with a valid signal number.
-        unsafe { libc::kill(self.child.id() as i32, signal) };
+        self.process.signal(signal);
     }
 
     /// Waits for the process to exit, up to `timeout`.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                self.exit = Some(status);
-                return Some(status);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        None
+        self.process.wait_exit(timeout).await
     }
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for FileGate {
-    fn drop(&mut self) {
-        if self.exit.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 

@@ -10,6 +10,7 @@ pub mod gate_clients;
 pub mod health;
 pub mod history;
 pub mod monitor;
+pub mod process;
 pub mod prometheus;
 pub mod proxy;
 pub mod sidecar;

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -12,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::fake_apiserver::FakeApiServer;
+use super::process::Owned;
 
 /// Election timing for one test, as flags.
 #[derive(Clone, Copy, Debug)]
@@ -67,9 +68,8 @@ pub struct Sidecar {
     pub name: String,
     pub gate: SocketAddr,
     pub admin: SocketAddr,
-    child: Child,
+    process: Owned,
     log: PathBuf,
-    exit: Option<ExitStatus>,
 }
 
 impl Sidecar {
@@ -164,9 +164,8 @@ impl Sidecar {
             name: name.into(),
             gate,
             admin,
-            child,
+            process: Owned::new(child),
             log,
-            exit: None,
         }
     }
 
@@ -218,33 +217,21 @@ impl Sidecar {
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.id()
     }
 
     pub fn signal(&self, signal: i32) {
-        // SAFETY: kill(2) on our own child's pid with a valid signal number.
-        unsafe { libc::kill(self.child.id() as i32, signal) };
+        self.process.signal(signal);
     }
 
     /// Waits for the process to exit, up to `timeout`.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                self.exit = Some(status);
-                return Some(status);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        None
+        self.process.wait_exit(timeout).await
     }
 
     /// The exit status if the process has exited, without waiting.
     pub fn exited(&mut self) -> Option<ExitStatus> {
-        if self.exit.is_none() {
-            self.exit = self.child.try_wait().expect("try_wait");
-        }
-        self.exit
+        self.process.exited()
     }
 
     /// The log file of this process.
@@ -254,7 +241,7 @@ impl Sidecar {
 
     /// Resident set size of the process in KiB (Linux `VmRSS`).
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.id()))
             .unwrap_or_default();
         status
             .lines()
@@ -265,15 +252,6 @@ impl Sidecar {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        if self.exit.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 
