@@ -328,8 +328,8 @@ async fn shutdown_releases_and_a_watching_peer_takes_over_without_waiting_for_ex
     let taken = follower.started_at().expect("b takes the marked release");
     assert!(taken >= released);
     assert!(
-        taken - released <= Duration::from_secs(1),
-        "within the acquisition spread"
+        taken - released <= Duration::from_millis(100),
+        "at once: a marked release is free, no acquisition spread"
     );
 }
 
@@ -488,7 +488,12 @@ async fn an_unhealthy_collector_ends_the_term_at_once_releases_after_the_gate_la
     assert!(released >= failed + gate_lag, "{:?}", released - failed);
     assert!(released - failed <= gate_lag + Duration::from_millis(100));
     let taken = follower.started_at().expect("b takes the marked release");
-    assert!(taken >= released && taken - released <= Duration::from_secs(1));
+    // A marked release is free: taken without the acquisition spread.
+    assert!(
+        taken >= released && taken - released <= Duration::from_millis(100),
+        "{:?}",
+        taken - released
+    );
 
     // b leaves with a release: the Lease is free, but a does not contend.
     follower.stop.cancel();
@@ -506,5 +511,7 @@ async fn an_unhealthy_collector_ends_the_term_at_once_releases_after_the_gate_la
     let flips = leader.flips();
     let (again, leading) = *flips.last().unwrap();
     assert!(leading, "a leads again once its collector is healthy");
-    assert!(again > freed + Duration::from_secs(40));
+    // Only once healthy, and then at once: b's release left it free.
+    assert!(again >= freed + Duration::from_secs(40));
+    assert!(again <= freed + Duration::from_secs(40) + Duration::from_millis(100));
 }

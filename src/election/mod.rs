@@ -113,7 +113,7 @@ pub enum Input {
 }
 
 /// What the driver must do.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Action {
     /// Send one write under `timeout`; report it as [`Input::Written`].
     Write(Write),
@@ -125,7 +125,7 @@ pub enum Action {
 }
 
 /// One CAS write.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Write {
     pub purpose: Purpose,
     /// `Create` when the Lease is absent (POST), else a PUT of this object,
@@ -134,7 +134,7 @@ pub struct Write {
     pub timeout: Duration,
 }
 
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum WriteOp {
     Create(Box<DynamicObject>),
     Replace(Box<DynamicObject>),

@@ -146,8 +146,17 @@ impl Election {
                 let attempt = match self.acquire_at {
                     Some((expiry, attempt)) if expiry == free_at => attempt,
                     _ => {
-                        // Spread the herd at each expiry or release.
-                        let spread = self.settings.retry_period.mul_f64(self.rng.f64() * 0.5);
+                        // Spread the herd at an expiry, where every follower's
+                        // clock fires at about the same instant. A free Lease
+                        // (absent, or released with the mark) is an
+                        // unambiguous hand-over: take it at once; the CAS lets
+                        // one candidate win and the others wait for the watch
+                        // after their 409 (DESIGN "Contention").
+                        let spread = if view.is_free() {
+                            Duration::ZERO
+                        } else {
+                            self.settings.retry_period.mul_f64(self.rng.f64() * 0.5)
+                        };
                         let attempt = free_at.max(now.instant) + spread;
                         self.acquire_at = Some((free_at, attempt));
                         attempt

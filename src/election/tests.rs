@@ -25,6 +25,10 @@ struct Harness {
     /// Time the machine spent suspended: the boot clock counts it, the
     /// monotonic one does not.
     suspended: Duration,
+    /// The acquisitions asked for by the last input other than a tick (a
+    /// free Lease is taken in the very step that observes it), for
+    /// [`Harness::first_write`].
+    stashed: Vec<(f64, Action)>,
 }
 
 fn settings(identity: &str) -> Settings {
@@ -46,6 +50,7 @@ impl Harness {
             server: None,
             rv: 100,
             suspended: Duration::ZERO,
+            stashed: Vec::new(),
         }
     }
 
@@ -61,7 +66,24 @@ impl Harness {
 
     fn feed(&mut self, input: Input, secs: f64) -> Vec<Action> {
         let now = self.now(secs);
-        self.election.handle(input, now)
+        let tick = matches!(input, Input::Tick);
+        let actions = self.election.handle(input, now);
+        if !tick {
+            self.stashed = actions
+                .iter()
+                .filter(|a| {
+                    matches!(
+                        a,
+                        Action::Write(Write {
+                            purpose: Purpose::Acquire,
+                            ..
+                        })
+                    )
+                })
+                .map(|a| (secs, a.clone()))
+                .collect();
+        }
+        actions
     }
 
     fn tick(&mut self, secs: f64) -> Vec<Action> {
@@ -91,8 +113,16 @@ impl Harness {
         lease
     }
 
-    /// Ticks every 100 ms from `from` to `to` and returns the first write.
+    /// The first write from `from` to `to`: an acquisition asked for by the last input
+    /// (if at `from` or later), else the first of ticks every 100 ms.
     fn first_write(&mut self, from: f64, to: f64) -> Option<(f64, Action)> {
+        let stashed = std::mem::take(&mut self.stashed);
+        if let Some((at, action)) = stashed.into_iter().next()
+            && at >= from
+            && at <= to
+        {
+            return Some((at, action));
+        }
         let mut t = from;
         while t <= to {
             for action in self.tick(t) {
@@ -145,13 +175,19 @@ fn forbidden() -> ApiError {
 }
 
 #[test]
-fn an_absent_lease_is_created_within_half_a_retry_period_and_led() {
+fn an_absent_lease_is_created_at_once_and_led() {
+    let mut h = Harness::new("me");
+    // A Lease that never existed is free: no expiry to wait for and no herd
+    // to spread (the create's CAS lets one candidate win), so the create is
+    // among the actions of the observation itself.
+    let actions = h.feed(Input::Observed(None), 0.0);
+    assert!(
+        is_write(&actions, Purpose::Acquire),
+        "creates without delay: {actions:?}"
+    );
     let mut h = Harness::new("me");
     let t = h.lead();
-    assert!(
-        t <= 1.0,
-        "acquisition spread is at most retry_period/2, took {t}"
-    );
+    assert_eq!(t, 0.0, "no acquisition spread for an absent Lease");
     let snapshot = h.snapshot(t + 0.1);
     assert_eq!(snapshot.holder.as_deref(), Some("me"));
     assert_eq!(snapshot.term.unwrap().as_str(), "uid-new/0");
@@ -444,6 +480,54 @@ fn a_marked_release_is_taken_at_once() {
         .first_write(3.0, 4.1)
         .expect("takes the release without waiting for expiry");
     assert!(at <= 4.0);
+    assert_eq!(at, 3.0, "and without an acquisition spread");
+}
+
+#[test]
+fn a_marked_release_is_acquired_without_delay_by_every_seed() {
+    // A marked release is an unambiguous hand-over: every watching candidate
+    // writes at once and the CAS lets exactly one win (the others get a 409
+    // and wait for the watch). The random spread stays for expiries only.
+    for seed in 0..50 {
+        let mut h = Harness::new("b");
+        h.election = Election::new(settings("b"), seed);
+        let held = h.server_sets(LeaseBuilder::held_by("a").transitions(2));
+        h.feed(Input::Observed(Some(held.clone())), 0.0);
+        let released = h.server_sets(
+            LeaseBuilder::unheld()
+                .transitions(2)
+                .annotation(RELEASED_TERM_ANNOTATION, held.term_id().as_str()),
+        );
+        let actions = h.feed(Input::Observed(Some(released)), 3.0);
+        assert!(
+            is_write(&actions, Purpose::Acquire),
+            "seed {seed}: the observation of the release itself acquires: {actions:?}"
+        );
+    }
+}
+
+#[test]
+fn an_expiry_keeps_the_acquisition_spread() {
+    // At an expiry every follower's clock fires at about the same instant
+    // and nothing tells them apart: there the herd is spread over
+    // [expiry, expiry + retry/2].
+    let mut attempts = Vec::new();
+    for seed in 0..50 {
+        let mut h = Harness::new("b");
+        h.election = Election::new(settings("b"), seed);
+        let held = h.server_sets(LeaseBuilder::held_by("a"));
+        h.feed(Input::Observed(Some(held)), 0.0);
+        assert_eq!(h.first_write(0.0, 14.95), None, "seed {seed}");
+        let (at, _) = h.first_write(15.0, 16.1).expect("acquires after expiry");
+        assert!(at <= 16.05, "spread at most retry/2: {at}");
+        attempts.push(at);
+    }
+    let distinct: std::collections::HashSet<u64> =
+        attempts.iter().map(|a| (a * 10.0).round() as u64).collect();
+    assert!(
+        distinct.len() >= 5,
+        "attempts spread over the window: {attempts:?}"
+    );
 }
 
 #[test]
@@ -526,7 +610,15 @@ fn an_absence_seen_before_the_watch_broke_justifies_no_create() {
 #[test]
 fn an_absence_never_held_counts_as_held_for_a_duration_after_an_interruption() {
     let mut h = Harness::new("b");
-    h.feed(Input::Observed(None), 0.0);
+    // Free: created at once, but the answer is lost to an outage, and the
+    // watch breaks. The create may have landed and someone may have seen it.
+    let actions = h.feed(Input::Observed(None), 0.0);
+    assert!(is_write(&actions, Purpose::Acquire), "{actions:?}");
+    let unavailable = ApiError::Server {
+        code: 503,
+        message: "unavailable".into(),
+    };
+    h.feed(Input::Written(Err(unavailable)), 0.05);
     h.feed(Input::WatchInterrupted, 0.1);
     assert_eq!(h.first_write(0.1, 5.0), None);
     h.feed(Input::Observed(None), 5.0);
@@ -622,8 +714,10 @@ fn a_follower_that_keeps_failing_tries_again_within_a_lease_duration() {
         gaps.iter().all(|gap| *gap <= 16.15),
         "waited longer than a lease duration: {gaps:?}"
     );
+    // The Lease is free, so no spread is added to the cap: the gaps are the
+    // cap itself, up to float rounding of the instants.
     assert!(
-        gaps[6..].iter().all(|gap| *gap >= 15.0),
+        gaps[6..].iter().all(|gap| (*gap - 15.0).abs() < 1e-3),
         "the backoff reached its cap: {gaps:?}"
     );
 }
@@ -891,7 +985,7 @@ fn a_late_404_of_a_fallback_read_does_not_blind_the_election_to_a_recreated_leas
     h.feed(Input::Observed(Some(released)), at + 4.0);
     let (_, write) = h
         .first_write(at + 4.0, at + 5.1)
-        .expect("acquires the released Lease within the spread");
+        .expect("acquires the released Lease at once");
     assert!(matches!(
         write,
         Action::Write(Write {

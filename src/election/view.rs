@@ -82,6 +82,11 @@ impl View {
         }
     }
 
+    /// Free for the taking: never held, or released with the mark.
+    pub(super) fn is_free(&self) -> bool {
+        self.standing == Standing::Free
+    }
+
     /// From when an acquisition may be attempted (before the spread).
     pub(super) fn free_at(&self) -> Instant {
         self.held_until().unwrap_or(self.observed_at)

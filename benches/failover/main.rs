@@ -1,0 +1,298 @@
+//! Failover, step-down, API server load, `/leader` throughput and footprint,
+//! measured on real `leader-gate` processes against the fake API server.
+//! Prints one markdown table; `docs/BENCHMARKS.md` records it.
+//!
+//!     cargo bench --bench failover                       # 30 rounds per row
+//!     cargo bench --bench failover -- --quick            # 5 rounds, shorter load windows
+//!     cargo bench --bench failover -- --only graceful,acquire
+//!     ROUNDS=50 ONLY=crash QUICK=1 cargo bench --bench failover   # the same, by env
+//!
+//! Scenarios (names for `--only`, matched as substrings): `acquire`,
+//! `graceful`, `crash`, `edit`, `forbidden`, `hang`, `startup`, `load10`,
+//! `load100`, `wrk`, `fanout`. `LEADER_GATE_BIN=/path` runs another build of
+//! the binary (e.g. the previous commit's) under the same bench.
+//!
+//! Every latency row gives min / median / p99 / max over its rounds. The p99
+//! is by nearest rank, so below 100 rounds it is the maximum: read it as
+//! "the worst of N".
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod group;
+mod latency;
+mod load;
+mod table;
+mod wrk;
+
+use std::time::{Duration, Instant};
+
+use latency::*;
+use load::load;
+use support::sidecar::Timing;
+use table::Table;
+use wrk::wrk_leader;
+
+const NAMESPACE: &str = "bench";
+const LEASE: &str = "bench";
+const RELEASED_TERM: &str = "leader-gate.dev/released-term";
+
+const DEFAULTS: Timing = Timing {
+    lease: Duration::from_secs(15),
+    renew_deadline: Duration::from_secs(10),
+    retry: Duration::from_secs(2),
+};
+const FAST: Timing = Timing::FAST;
+
+// ---------------------------------------------------------------- options
+
+struct Opts {
+    rounds: usize,
+    quick: bool,
+    only: Vec<String>,
+}
+
+impl Opts {
+    fn parse() -> Opts {
+        let mut quick = std::env::var("QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+        let mut only: Vec<String> = std::env::var("ONLY").map(|v| split(&v)).unwrap_or_default();
+        let mut rounds: Option<usize> = std::env::var("ROUNDS").ok().and_then(|r| r.parse().ok());
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--quick" => quick = true,
+                "--only" => only.extend(args.next().map(|v| split(&v)).unwrap_or_default()),
+                "--rounds" => rounds = args.next().and_then(|r| r.parse().ok()),
+                _ => {} // `--bench` from cargo, and anything else
+            }
+        }
+        Opts {
+            rounds: rounds.unwrap_or(if quick { 5 } else { 30 }),
+            quick,
+            only,
+        }
+    }
+
+    fn wants(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| name.contains(o.as_str()))
+    }
+}
+
+fn split(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn main() {
+    let opts = Opts::parse();
+    let rounds = opts.rounds;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    support::raise_fd_limit(8192);
+    let binary = std::env::var("LEADER_GATE_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_leader-gate").to_string());
+    runtime.block_on(async {
+        let mut table = Table { rows: Vec::new() };
+        let started = Instant::now();
+        let note = |what: &str| eprintln!("[{:>6.1} s] {what}", started.elapsed().as_secs_f64());
+
+        if opts.wants("acquire") {
+            note("acquire");
+            let mut v = Vec::new();
+            for _ in 0..rounds {
+                v.push(first_acquisition().await);
+            }
+            table.durations(
+                "first acquisition: 3 fresh candidates, no Lease → first 200 (from the first spawn)",
+                "≤ 50",
+                &v,
+                |p| p <= 50.0,
+            );
+        }
+        if opts.wants("graceful") {
+            note("graceful");
+            let v = graceful(rounds).await;
+            table.durations(
+                "graceful: SIGTERM of the leader → another answers 200 (defaults 15s/10s/2s, 3 candidates)",
+                "≤ 50",
+                &v,
+                |p| p <= 50.0,
+            );
+        }
+        if opts.wants("crash") {
+            note("crash");
+            let v = crash(rounds).await;
+            table.durations(
+                "crash: SIGKILL → another answers 200, overshoot beyond last renew + lease (4s/3s/1s)",
+                "≤ 100",
+                &v,
+                |p| p <= 100.0,
+            );
+        }
+        if opts.wants("edit") {
+            note("edit");
+            let v = edit(rounds).await;
+            table.durations(
+                "step-down: external holder edit → old leader answers 503 (defaults)",
+                "≤ 50",
+                &v,
+                |p| p <= 50.0,
+            );
+        }
+        if opts.wants("forbidden") {
+            note("forbidden");
+            let (from_403, lateness) = forbidden(rounds).await;
+            table.durations(
+                "step-down: renew answered 403 (received by the fake) → 503 (defaults)",
+                "",
+                &from_403,
+                |_| true,
+            );
+            table.signed(
+                "step-down: 403 → 503, lateness vs last renew + renew deadline (negative = early, by design for 403)",
+                "",
+                &lateness,
+                |_| true,
+            );
+        }
+        if opts.wants("hang") {
+            note("hang");
+            let v = hang(rounds).await;
+            let never_early = v.iter().all(|l| *l >= 0.0);
+            table.signed(
+                "step-down: renews hang → 503, lateness vs last renew received + renew deadline (4s/3s/1s)",
+                "0 ≤ x ≤ 10",
+                &v,
+                |p| never_early && p <= 10.0,
+            );
+        }
+        if opts.wants("startup") {
+            note("startup");
+            let mut v = Vec::new();
+            for _ in 0..rounds {
+                v.push(startup().await);
+            }
+            table.durations(
+                "start: spawn → first /leader answer (one process)",
+                "≤ 100",
+                &v,
+                |p| p <= 100.0,
+            );
+        }
+        if opts.wants("fanout") {
+            note("fanout");
+            let mut v = Vec::new();
+            for _ in 0..rounds.min(5) {
+                v.push(fanout_latency().await);
+            }
+            table.durations(
+                "stopped-leading published → received by the last of 1,000 /events subscribers",
+                "",
+                &v,
+                |_| true,
+            );
+        }
+
+        let steady = if opts.quick {
+            Duration::from_secs(5)
+        } else {
+            Duration::from_secs(10)
+        };
+        let mut loads = Vec::new();
+        if opts.wants("load10") {
+            note("load10");
+            loads.push(load(10, steady).await);
+        }
+        if opts.wants("load100") && !opts.quick {
+            note("load100");
+            loads.push(load(100, steady).await);
+        }
+        let wrk = if opts.wants("wrk") {
+            note("wrk");
+            wrk_leader(if opts.quick { 3 } else { 10 }).await
+        } else {
+            None
+        };
+        note("done");
+
+        println!();
+        println!("binary: {binary}");
+        println!(
+            "rounds: {rounds}{}; 2 worker threads in the bench; p99 by nearest rank\n",
+            if opts.quick { " (quick)" } else { "" }
+        );
+        table.print();
+        if !loads.is_empty() {
+            println!();
+            println!(
+                "| API server load (defaults) | steady s | non-watch req/s | watch events/s | bookmarks/s | bytes/s | hand-over: writes (409s) in 1 s, took | expiry: writes (409s) in 1 s, took | mean RSS KiB |"
+            );
+            println!("|---|---|---|---|---|---|---|---|---|");
+            for l in &loads {
+                println!(
+                    "| {} candidates | {:.1} | {:.2} | {:.2} | {:.2} | {:.0} | {} ({}), {:.0} ms | {} ({}), {:.0} ms | {} |",
+                    l.candidates,
+                    l.seconds,
+                    l.requests_per_s,
+                    l.events_per_s,
+                    l.bookmarks_per_s,
+                    l.bytes_per_s,
+                    l.handover.writes,
+                    l.handover.conflicts,
+                    l.handover.took.as_secs_f64() * 1000.0,
+                    l.expiry.writes,
+                    l.expiry.conflicts,
+                    l.expiry.took.as_secs_f64() * 1000.0,
+                    l.rss_mean_kib,
+                );
+            }
+        }
+        println!();
+        println!("| footprint and /leader load | value | goal | |");
+        println!("|---|---|---|---|");
+        let size = std::fs::metadata(&binary).map(|m| m.len()).unwrap_or(0);
+        println!(
+            "| binary size | {:.1} MiB | | |",
+            size as f64 / (1024.0 * 1024.0)
+        );
+        if let Some(w) = wrk {
+            let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
+            println!(
+                "| wrk -t2 -c64 /leader on the leader: requests/s | {:.0} | ≥ 100000 | {} |",
+                w.requests_per_s,
+                verdict(w.requests_per_s >= 100_000.0)
+            );
+            println!(
+                "| wrk latency p50 / p99 | {:.2} / {:.2} ms | p99 ≤ 2 ms | {} |",
+                w.p50_ms,
+                w.p99_ms,
+                verdict(w.p99_ms <= 2.0)
+            );
+            println!(
+                "| renews during the load: count, longest gap (retry 2 s) | {}, {:.0} ms; still leading: {} | no missed renew | {} |",
+                w.renews,
+                w.max_renew_gap.as_secs_f64() * 1000.0,
+                w.still_leading,
+                verdict(w.still_leading && w.max_renew_gap < Duration::from_millis(2500))
+            );
+            println!(
+                "| idle follower RSS | {} KiB | ≤ 8192 | {} |",
+                w.follower_rss,
+                verdict(w.follower_rss <= 8192)
+            );
+            println!(
+                "| leader RSS before / right after / 5 s after the load | {} / {} / {} KiB | ≤ 8192 after | {} |",
+                w.rss_before,
+                w.rss_after,
+                w.rss_after_5s,
+                verdict(w.rss_after_5s <= 8192)
+            );
+        }
+    });
+}
