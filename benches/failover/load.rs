@@ -26,6 +26,8 @@ pub struct Load {
 pub struct Burst {
     pub writes: usize,
     pub conflicts: usize,
+    /// From the first write of the burst to the arrival of its last.
+    pub span: Duration,
     pub took: Duration,
 }
 
@@ -46,6 +48,7 @@ pub fn burst(requests: &[RequestRecord], exclude: &str, from: Instant) -> Burst 
     Burst {
         writes: window.len(),
         conflicts: window.iter().filter(|r| r.status == Some(409)).count(),
+        span: window.last().map_or(Duration::ZERO, |r| r.at - first.at),
         took: Duration::ZERO,
     }
 }

@@ -19,6 +19,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod day;
 mod group;
 mod latency;
 mod load;
@@ -71,6 +72,11 @@ impl Opts {
             quick,
             only,
         }
+    }
+
+    /// Named in `--only` (the rows too long for every run).
+    fn named(&self, name: &str) -> bool {
+        self.only.iter().any(|o| name.contains(o.as_str()))
     }
 
     fn wants(&self, name: &str) -> bool {
@@ -213,6 +219,22 @@ fn main() {
             note("load100");
             loads.push(load(100, steady).await);
         }
+        // 1,000 processes (~10 GiB resident in all): asked for by name only.
+        if opts.named("load1000") {
+            note("load1000");
+            loads.push(load(1000, steady).await);
+        }
+        // An hour and more: asked for by name only; --quick: 3,000 renewals.
+        let day_run = if opts.named("day") {
+            note("day");
+            let renewals = std::env::var("RENEWALS")
+                .ok()
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(if opts.quick { 3_000 } else { day::DAY_OF_RENEWALS });
+            Some(day::day(renewals).await)
+        } else {
+            None
+        };
         let wrk = if opts.wants("wrk") {
             note("wrk");
             wrk_leader(if opts.quick { 3 } else { 10 }).await
@@ -231,12 +253,12 @@ fn main() {
         if !loads.is_empty() {
             println!();
             println!(
-                "| API server load (defaults) | steady s | non-watch req/s | watch events/s | bookmarks/s | bytes/s | hand-over: writes (409s) in 1 s, took | expiry: writes (409s) in 1 s, took | mean RSS KiB |"
+                "| API server load (defaults) | steady s | non-watch req/s | watch events/s | bookmarks/s | bytes/s | hand-over: writes (409s) in 1 s over ms, took | expiry: writes (409s) in 1 s over ms, took | mean RSS KiB |"
             );
             println!("|---|---|---|---|---|---|---|---|---|");
             for l in &loads {
                 println!(
-                    "| {} candidates | {:.1} | {:.2} | {:.2} | {:.2} | {:.0} | {} ({}), {:.0} ms | {} ({}), {:.0} ms | {} |",
+                    "| {} candidates | {:.1} | {:.2} | {:.2} | {:.2} | {:.0} | {} ({}) over {:.0}, {:.0} ms | {} ({}) over {:.0}, {:.0} ms | {} |",
                     l.candidates,
                     l.seconds,
                     l.requests_per_s,
@@ -245,15 +267,18 @@ fn main() {
                     l.bytes_per_s,
                     l.handover.writes,
                     l.handover.conflicts,
+                    l.handover.span.as_secs_f64() * 1000.0,
                     l.handover.took.as_secs_f64() * 1000.0,
                     l.expiry.writes,
                     l.expiry.conflicts,
+                    l.expiry.span.as_secs_f64() * 1000.0,
                     l.expiry.took.as_secs_f64() * 1000.0,
                     l.rss_mean_kib,
                 );
             }
         }
         println!();
+        let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
         println!("| footprint and /leader load | value | goal | |");
         println!("|---|---|---|---|");
         let size = std::fs::metadata(&binary).map(|m| m.len()).unwrap_or(0);
@@ -261,8 +286,33 @@ fn main() {
             "| binary size | {:.1} MiB | | |",
             size as f64 / (1024.0 * 1024.0)
         );
+        if let Some(d) = day_run {
+            println!(
+                "| a day of renewals: {} successful renews in {:.0} min (retry 100 ms), holder changes | {} | no growth | |",
+                d.renewals,
+                d.took.as_secs_f64() / 60.0,
+                d.holder_changes,
+            );
+            println!(
+                "| leader RSS after {} / after {} renewals (max) | {} / {} KiB ({}) | ≤ 8192, no growth | {} |",
+                d.warm.renewals,
+                d.end.renewals,
+                d.warm.leader_kib,
+                d.end.leader_kib,
+                d.max_leader_kib,
+                verdict(d.end.leader_kib <= 8192 && d.end.leader_kib <= d.warm.leader_kib + 256)
+            );
+            println!(
+                "| follower RSS after {} / after {} renewals (max) | {} / {} KiB ({}) | ≤ 8192, no growth | {} |",
+                d.warm.renewals,
+                d.end.renewals,
+                d.warm.follower_kib,
+                d.end.follower_kib,
+                d.max_follower_kib,
+                verdict(d.end.follower_kib <= 8192 && d.end.follower_kib <= d.warm.follower_kib + 256)
+            );
+        }
         if let Some(w) = wrk {
-            let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
             println!(
                 "| wrk -t2 -c64 /leader on the leader: requests/s | {:.0} | ≥ 100000 | {} |",
                 w.requests_per_s,
