@@ -1500,8 +1500,10 @@ async fn kube_client_server_side_applies_with_field_ownership() {
     // A strategic merge patch is an Update: its manager owns what it changed, and an
     // apply that changes it conflicts with "mgr-a" using the group version.
     let t3 = micro_time_now();
-    let mut pp = PatchParams::default();
-    pp.field_manager = Some("mgr-a".into());
+    let pp = PatchParams {
+        field_manager: Some("mgr-a".into()),
+        ..PatchParams::default()
+    };
     a.patch(
         LEASE,
         &pp,

@@ -697,7 +697,7 @@ impl Store {
         let before: BTreeSet<FieldPath> = entries
             .iter()
             .filter(|e| is_mine(e))
-            .flat_map(|e| owned(e))
+            .flat_map(&owned)
             .collect();
         for path in before.difference(&fields) {
             if !entries
