@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::DEFAULTS;
 use crate::group::Group;
+use crate::peer::Program;
 use crate::support::fake_apiserver::{RequestRecord, Verb};
 use crate::support::sidecar::Sidecar;
 
@@ -20,8 +21,8 @@ pub struct Load {
     pub rss_mean_kib: u64,
 }
 
-/// Writes (POST/PUT) by candidates in the second after the first one, and how
-/// many of them got 409.
+/// Writes (POST/PUT/PATCH) by candidates in the second after the first one,
+/// and how many of them got 409.
 #[derive(Default)]
 pub struct Burst {
     pub writes: usize,
@@ -33,7 +34,9 @@ pub fn burst(requests: &[RequestRecord], exclude: &str, from: Instant) -> Burst 
     let writes: Vec<&RequestRecord> = requests
         .iter()
         .filter(|r| {
-            r.client != exclude && r.at >= from && matches!(r.verb, Verb::Update | Verb::Create)
+            r.client != exclude
+                && r.at >= from
+                && matches!(r.verb, Verb::Update | Verb::Create | Verb::Patch)
         })
         .collect();
     let Some(first) = writes.first() else {
@@ -67,8 +70,9 @@ pub async fn wait_holder_other_than(group: &Group, old: &str, timeout: Duration)
     }
 }
 
-pub async fn load(candidates: usize, steady: Duration) -> Load {
-    let mut group = Group::start(&format!("load{candidates}"), DEFAULTS, candidates).await;
+pub async fn load(program: &Program, candidates: usize, steady: Duration) -> Load {
+    let name = format!("load{candidates}");
+    let mut group = Group::start_program(program, &name, DEFAULTS, candidates, &[]).await;
     let first = wait_holder_other_than(&group, "", DEFAULTS.lease * 2).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_mean_kib = group.sidecars.iter().map(Sidecar::rss_kib).sum::<u64>() / candidates as u64;
@@ -98,7 +102,7 @@ pub async fn load(candidates: usize, steady: Duration) -> Load {
     let log = group.api.requests();
     let release = log
         .iter()
-        .filter(|r| r.client == first && r.verb == Verb::Update)
+        .filter(|r| r.client == first && matches!(r.verb, Verb::Update | Verb::Patch))
         .map(|r| r.at)
         .next_back()
         .unwrap_or(signalled);
