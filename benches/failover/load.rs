@@ -19,6 +19,10 @@ pub struct Load {
     pub handover: Burst,
     pub expiry: Burst,
     pub rss_mean_kib: u64,
+    /// The most candidates answering `/leader` 200 in one sweep over all of
+    /// them, polled for 3 s once a new holder took the expired Lease (1 when
+    /// the election is sound).
+    pub leaders_after_expiry: usize,
 }
 
 /// Writes (POST/PUT/PATCH) by candidates in the second after the first one,
@@ -119,7 +123,7 @@ pub async fn load(program: &Program, candidates: usize, steady: Duration) -> Loa
     group.sidecars[leader].signal(libc::SIGKILL);
     let _third = wait_holder_other_than(&group, &second, DEFAULTS.lease * 3).await;
     let expiry_took = killed.elapsed();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let leaders_after_expiry = most_leaders(&group, Duration::from_secs(3)).await;
     let mut expiry = burst(&group.api.requests(), &second, killed);
     expiry.took = expiry_took;
 
@@ -133,5 +137,23 @@ pub async fn load(program: &Program, candidates: usize, steady: Duration) -> Loa
         handover,
         expiry,
         rss_mean_kib,
+        leaders_after_expiry,
     }
+}
+
+/// The most instances of `group` answering 200 in one sweep, over `window`.
+async fn most_leaders(group: &Group, window: Duration) -> usize {
+    let until = Instant::now() + window;
+    let mut most = 0;
+    while Instant::now() < until {
+        let mut leading = 0;
+        for s in &group.sidecars {
+            if s.leader().await.is_some_and(|p| p.leading()) {
+                leading += 1;
+            }
+        }
+        most = most.max(leading);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    most
 }

@@ -296,6 +296,10 @@ pub fn print(peer_name: &str, lg: &Side, peer: &Side) {
                 0,
             );
         }
+        println!(
+            "| {c} candidates: expiry: most candidates answering 200 at once, 3 s after the new holder | {} | {} | |",
+            l.leaders_after_expiry, p.leaders_after_expiry
+        );
         row(
             &format!("{c} candidates: mean RSS, KiB"),
             l.rss_mean_kib as f64,
