@@ -5,7 +5,8 @@
 //!   plain HTTP/1.1 client, and the answers are compared with the recordings (status code,
 //!   `Status` fields, body shape, the facts of the fixture README);
 //! * a kube-rs client built from the kubeconfig the fake writes creates, gets, replaces,
-//!   deletes and watches Leases through it;
+//!   deletes and watches Leases through it, and patches them (merge, strategic merge and
+//!   server-side apply, with its field-ownership conflicts);
 //! * every fault kind has its effect.
 
 mod support;
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use support::fake_apiserver::*;
@@ -85,6 +86,18 @@ async fn raw_request(
     token: Option<&str>,
     body: Option<&str>,
 ) -> RawResponse {
+    raw_request_typed(addr, method, path, token, body, "application/json").await
+}
+
+/// [`raw_request`] with a body of another media type (a patch).
+async fn raw_request_typed(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+    content_type: &str,
+) -> RawResponse {
     let start = Instant::now();
     let mut s = TcpStream::connect(addr)
         .await
@@ -97,7 +110,7 @@ async fn raw_request(
     }
     if let Some(b) = body {
         req.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
             b.len()
         ));
     }
@@ -1238,6 +1251,385 @@ async fn concurrent_updates_have_one_winner() {
     assert_eq!(codes.iter().filter(|c| **c == 200).count(), 1, "{codes:?}");
     assert_eq!(codes.iter().filter(|c| **c == 409).count(), 15, "{codes:?}");
     assert_eq!(api.resource_version(), rv_of(&base) + 1);
+}
+
+/// The Role of `manifests/rbac.yaml` plus `patch` on the Lease (what kube-lease-manager
+/// needs: it applies and patches).
+fn role_with_patch() -> Role {
+    let mut role = Role::from_repository_manifest(LEASE);
+    role.rules.push(PolicyRule::new(
+        &["coordination.k8s.io"],
+        &["leases"],
+        &[LEASE],
+        &["patch"],
+    ));
+    role
+}
+
+fn apply_intent(holder: &str, renew: &str) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "spec": { "holderIdentity": holder, "renewTime": renew, "leaseDurationSeconds": 15 },
+    })
+}
+
+fn managers(l: &Lease) -> Vec<(String, String)> {
+    l.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|e| {
+            (
+                e.manager.clone().unwrap_or_default(),
+                e.operation.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// JSON merge and strategic merge patches through kube-rs: a `metadata.resourceVersion`
+/// in the patch is a precondition (409 `Conflict`, the message of exchange 06), a null
+/// removes a field, a patch of an absent Lease is 404, `force` on a non-apply patch 422;
+/// the request log records the verb, status and content type; faults hit PATCH.
+#[tokio::test]
+async fn kube_client_merge_patches_with_resource_version_preconditions() {
+    let api = FakeApiServer::start(NS, LEASE).await;
+    api.set_role(role_with_patch());
+    let leases: Api<Lease> = Api::default_namespaced(kube_client(&api, CLIENT).await);
+    let pp = PatchParams::default();
+
+    let err = api_error(
+        leases
+            .patch(
+                LEASE,
+                &pp,
+                &Patch::Merge(json!({"spec": {"holderIdentity": "x"}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (404, "NotFound"));
+
+    let base = api.create_lease(lease_object(LEASE, Some("pod-a"), 15));
+    let rv = rv_of(&base);
+    let stale = json!({"metadata": {"resourceVersion": (rv - 1).to_string()}, "spec": {"holderIdentity": "pod-b"}});
+    let err = api_error(
+        leases
+            .patch(LEASE, &pp, &Patch::Merge(stale))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        err.message,
+        format!(
+            "Operation cannot be fulfilled on leases.coordination.k8s.io \"{LEASE}\": the object has been modified; please apply your changes to the latest version and try again"
+        )
+    );
+    assert_eq!(api.resource_version(), rv);
+
+    let current = json!({"metadata": {"resourceVersion": rv.to_string()}, "spec": {"holderIdentity": "pod-b"}});
+    let l = leases
+        .patch(LEASE, &pp, &Patch::Merge(current))
+        .await
+        .unwrap();
+    assert_eq!(holder_of(&l).as_deref(), Some("pod-b"));
+    assert_eq!(rv_of(&serde_json::to_value(&l).unwrap()), rv + 1);
+
+    // kube-lease-manager's release: a strategic merge patch of nulls.
+    let release = json!({"spec": {"holderIdentity": null, "renewTime": null}});
+    let l = leases
+        .patch(LEASE, &PatchParams::default(), &Patch::Strategic(release))
+        .await
+        .unwrap();
+    let spec = l.spec.unwrap();
+    assert_eq!((spec.holder_identity, spec.renew_time), (None, None));
+    assert_eq!(spec.lease_duration_seconds, Some(15));
+
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{LEASE}");
+    let token = api.token(CLIENT);
+    // A media type the resource does not take: 415 before anything else.
+    let resp = raw_request(api.addr(), "PATCH", &path, Some(&token), Some("{}")).await;
+    assert_eq!(resp.status, 415);
+    assert_eq!(resp.json()["reason"], "UnsupportedMediaType");
+    let resp = raw_request_typed(
+        api.addr(),
+        "PATCH",
+        &format!("{path}?force=true"),
+        Some(&token),
+        Some("{}"),
+        "application/merge-patch+json",
+    )
+    .await;
+    assert_eq!(resp.status, 422);
+    assert_eq!(
+        resp.json()["message"],
+        "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"
+    );
+
+    let log = api.requests_of(CLIENT, Verb::Patch);
+    let statuses: Vec<Option<u16>> = log.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            Some(404),
+            Some(409),
+            Some(200),
+            Some(200),
+            Some(415),
+            Some(422)
+        ]
+    );
+    assert_eq!(
+        log[0].content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+    assert_eq!(
+        log[3].content_type.as_deref(),
+        Some("application/strategic-merge-patch+json")
+    );
+
+    api.set_fault(CLIENT, Fault::on(&[Verb::Patch], FaultKind::Status(409)));
+    let err = api_error(
+        leases
+            .patch(
+                LEASE,
+                &pp,
+                &Patch::Merge(json!({"spec": {"holderIdentity": "x"}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+}
+
+/// Server-side apply through kube-rs (`Patch::Apply`, as kube-lease-manager takes a free
+/// Lease): an absent Lease is created (201) and owned by the applier; re-applying the same
+/// intent changes nothing; another manager's different values conflict (409 `Conflict`,
+/// `Apply failed with N conflicts`, one `FieldManagerConflict` cause per field) and its
+/// equal values are shared; an updater (strategic merge patch) owns what it changed; a
+/// removed field frees its owners; `force` takes fields over; a stale resourceVersion is
+/// a precondition failure; no fieldManager is 422; creating by apply needs `create`.
+#[tokio::test]
+async fn kube_client_server_side_applies_with_field_ownership() {
+    let api = FakeApiServer::start(NS, LEASE).await;
+    api.set_role(role_with_patch());
+    let a: Api<Lease> = Api::default_namespaced(kube_client(&api, "pod-a").await);
+    let b: Api<Lease> = Api::default_namespaced(kube_client(&api, "pod-b").await);
+    let (pa, pb) = (PatchParams::apply("mgr-a"), PatchParams::apply("mgr-b"));
+    let t1 = micro_time_now();
+
+    // Absent: created by the apply, 201, one Apply entry.
+    let l = a
+        .patch(LEASE, &pa, &Patch::Apply(apply_intent("pod-a", &t1)))
+        .await
+        .unwrap();
+    assert_eq!(holder_of(&l).as_deref(), Some("pod-a"));
+    assert_eq!(managers(&l), [("mgr-a".to_string(), "Apply".to_string())]);
+    let created = api.requests_of("pod-a", Verb::Patch);
+    assert_eq!(created[0].status, Some(201));
+    assert_eq!(
+        created[0].content_type.as_deref(),
+        Some("application/apply-patch+yaml")
+    );
+    let rv = api.resource_version();
+
+    // The same intent again: a no-op, like an identical PUT (exchange 05b).
+    a.patch(LEASE, &pa, &Patch::Apply(apply_intent("pod-a", &t1)))
+        .await
+        .unwrap();
+    assert_eq!(api.resource_version(), rv);
+
+    // Another manager, other values: a conflict per field it would change.
+    let t2 = micro_time_now();
+    let err = api_error(
+        b.patch(LEASE, &pb, &Patch::Apply(apply_intent("pod-b", &t2)))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        err.message,
+        "Apply failed with 2 conflicts: conflicts with \"mgr-a\":\n- .spec.holderIdentity\n- .spec.renewTime"
+    );
+    let causes = err.details.expect("details").causes;
+    assert_eq!(causes.len(), 2);
+    assert_eq!(causes[0].reason, "FieldManagerConflict");
+    assert_eq!(causes[0].message, "conflict with \"mgr-a\"");
+    assert_eq!(causes[0].field, ".spec.holderIdentity");
+    let err = api_error(
+        b.patch(
+            LEASE,
+            &pb,
+            &Patch::Apply(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "spec": {"holderIdentity": "pod-b"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(
+        err.message,
+        "Apply failed with 1 conflict: conflict with \"mgr-a\": .spec.holderIdentity"
+    );
+    assert_eq!(api.resource_version(), rv);
+    assert_eq!(
+        api.requests_of("pod-b", Verb::Patch)
+            .iter()
+            .map(|r| r.status)
+            .collect::<Vec<_>>(),
+        [Some(409), Some(409)]
+    );
+
+    // An equal value is shared, not a conflict.
+    let l = b
+        .patch(
+            LEASE,
+            &pb,
+            &Patch::Apply(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "spec": {"leaseDurationSeconds": 15}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        managers(&l),
+        [
+            ("mgr-a".to_string(), "Apply".to_string()),
+            ("mgr-b".to_string(), "Apply".to_string())
+        ]
+    );
+
+    // A strategic merge patch is an Update: its manager owns what it changed, and an
+    // apply that changes it conflicts with "mgr-a" using the group version.
+    let t3 = micro_time_now();
+    let pp = PatchParams {
+        field_manager: Some("mgr-a".into()),
+        ..PatchParams::default()
+    };
+    a.patch(
+        LEASE,
+        &pp,
+        &Patch::Strategic(json!({"spec": {"renewTime": t3}})),
+    )
+    .await
+    .unwrap();
+    let err = api_error(
+        b.patch(
+            LEASE,
+            &pb,
+            &Patch::Apply(json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "spec": {"leaseDurationSeconds": 15, "renewTime": micro_time_now()}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(
+        err.message,
+        "Apply failed with 1 conflict: conflict with \"mgr-a\" using coordination.k8s.io/v1: .spec.renewTime"
+    );
+
+    // A stale resourceVersion in the intent is a precondition failure.
+    let mut stale = apply_intent("pod-a", &t1);
+    stale["metadata"] = json!({"resourceVersion": rv.to_string()});
+    let err = api_error(a.patch(LEASE, &pa, &Patch::Apply(stale)).await.unwrap_err());
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+    assert!(
+        err.message.ends_with("the object has been modified; please apply your changes to the latest version and try again"),
+        "{}",
+        err.message
+    );
+
+    // Fields removed by a patch free their owners: B may now apply its holder.
+    a.patch(
+        LEASE,
+        &pp,
+        &Patch::Strategic(
+            json!({"spec": {"holderIdentity": null, "renewTime": null, "acquireTime": null}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let t4 = micro_time_now();
+    let l = b
+        .patch(LEASE, &pb, &Patch::Apply(apply_intent("pod-b", &t4)))
+        .await
+        .unwrap();
+    assert_eq!(holder_of(&l).as_deref(), Some("pod-b"));
+
+    // Force takes the fields over: A owns the holder again, B's entry no longer does.
+    let l = a
+        .patch(
+            LEASE,
+            &PatchParams::apply("mgr-a").force(),
+            &Patch::Apply(apply_intent("pod-a", &micro_time_now())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(holder_of(&l).as_deref(), Some("pod-a"));
+    let lease = api.lease(LEASE).unwrap();
+    let b_entry = lease["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["manager"] == "mgr-b")
+        .cloned()
+        .expect("mgr-b still owns leaseDurationSeconds");
+    assert_eq!(
+        b_entry["fieldsV1"],
+        json!({"f:spec": {"f:leaseDurationSeconds": {}}})
+    );
+
+    // No fieldManager: 422 (kube-rs refuses to send that, so a raw request); a YAML
+    // body is decoded as YAML; the wrong apiVersion is a 400.
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{LEASE}");
+    let token = api.token("pod-a");
+    let yaml = "apiVersion: coordination.k8s.io/v1\nkind: Lease\nspec:\n  leaseTransitions: 3\n";
+    let apply = |path: String, body: &'static str| {
+        let token = token.clone();
+        let addr = api.addr();
+        async move {
+            raw_request_typed(
+                addr,
+                "PATCH",
+                &path,
+                Some(&token),
+                Some(body),
+                "application/apply-patch+yaml",
+            )
+            .await
+        }
+    };
+    let resp = apply(path.clone(), yaml).await;
+    assert_eq!(resp.status, 422);
+    assert_eq!(
+        resp.json()["message"],
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+    );
+    let resp = apply(format!("{path}?fieldManager=yaml"), yaml).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.json()["spec"]["leaseTransitions"], 3);
+    let resp = apply(
+        format!("{path}?fieldManager=yaml"),
+        "apiVersion: coordination.k8s.io/v2\nkind: Lease\n",
+    )
+    .await;
+    assert_eq!(resp.status, 400);
+    assert_eq!(
+        resp.json()["message"],
+        "Incorrect version specified in apply patch. Specified patch version: coordination.k8s.io/v2, expected: coordination.k8s.io/v1"
+    );
+
+    // Creating by apply needs `create` as well as `patch`.
+    api.delete_lease(LEASE);
+    api.set_role(role_with_patch().without("coordination.k8s.io", "leases", "create"));
+    let err = api_error(
+        a.patch(LEASE, &pa, &Patch::Apply(apply_intent("pod-a", &t1)))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (403, "Forbidden"));
+    assert!(
+        err.message.contains("cannot create resource \"leases\""),
+        "{}",
+        err.message
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::peer::Program;
 use crate::support::fake_apiserver::{FakeApiServer, RequestRecord, Verb, lease_holder};
 use crate::support::sidecar::{Sidecar, Timing, test_dir};
 use crate::{LEASE, NAMESPACE, RELEASED_TERM};
@@ -15,6 +16,8 @@ pub struct Group {
     pub timing: Timing,
     pub sidecars: Vec<Sidecar>,
     pub next: usize,
+    /// What the candidates run: leader-gate, or the peer elector.
+    pub program: Program,
 }
 
 impl Group {
@@ -23,14 +26,27 @@ impl Group {
     }
 
     pub async fn start_with(name: &str, timing: Timing, size: usize, extra: &[&str]) -> Group {
+        Self::start_program(&Program::LeaderGate, name, timing, size, extra).await
+    }
+
+    /// A group of `size` candidates running `program`.
+    pub async fn start_program(
+        program: &Program,
+        name: &str,
+        timing: Timing,
+        size: usize,
+        extra: &[&str],
+    ) -> Group {
         let api = FakeApiServer::start(NAMESPACE, LEASE).await;
-        let dir = test_dir(&format!("bench-{name}"));
+        program.prepare(&api);
+        let dir = test_dir(&format!("bench-{name}{}", program.suffix()));
         let mut group = Group {
             api,
             dir,
             timing,
             sidecars: Vec::new(),
             next: 0,
+            program: program.clone(),
         };
         for _ in 0..size {
             group.spawn(extra);
@@ -44,13 +60,10 @@ impl Group {
     pub fn spawn(&mut self, extra: &[&str]) -> usize {
         let name = format!("p{}", self.next);
         self.next += 1;
-        self.sidecars.push(Sidecar::spawn_with(
-            &self.api,
-            &self.dir,
-            &name,
-            self.timing,
-            extra,
-        ));
+        self.sidecars.push(
+            self.program
+                .spawn(&self.api, &self.dir, &name, self.timing, extra),
+        );
         self.sidecars.len() - 1
     }
 
@@ -83,7 +96,8 @@ impl Group {
         }
     }
 
-    /// Waits for the next successful renew of `leader`; returns its record.
+    /// Waits for the next successful renew (PUT, or PATCH for the peer) of
+    /// `leader`; returns its record.
     pub async fn wait_renew(&self, leader: usize) -> RequestRecord {
         let name = self.sidecars[leader].name.clone();
         let before = self.successful_updates(&name).len();
@@ -96,12 +110,14 @@ impl Group {
         }
     }
 
+    /// The successful updates of `name`: PUTs, and PATCHes (the peer renews
+    /// with strategic merge patches; leader-gate never patches).
     pub fn successful_updates(&self, name: &str) -> Vec<RequestRecord> {
-        self.api
-            .requests_of(name, Verb::Update)
-            .into_iter()
-            .filter(|r| r.status == Some(200))
-            .collect()
+        let mut writes = self.api.requests_of(name, Verb::Update);
+        writes.extend(self.api.requests_of(name, Verb::Patch));
+        writes.retain(|r| r.status == Some(200));
+        writes.sort_by_key(|r| r.at);
+        writes
     }
 
     /// Polls `i`'s `/leader` every millisecond until it answers 503.

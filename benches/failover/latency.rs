@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::group::Group;
+use crate::peer::Program;
 use crate::support::events::EventClient;
 use crate::support::fake_apiserver::{FakeApiServer, Fault, FaultKind, Verb};
 use crate::support::sidecar::{Sidecar, test_dir};
@@ -13,12 +14,13 @@ use crate::{DEFAULTS, FAST, LEASE, NAMESPACE};
 
 /// Fresh API server without a Lease, three fresh candidates: from the first
 /// spawn to the first `/leader` 200.
-pub async fn first_acquisition() -> Duration {
+pub async fn first_acquisition(program: &Program) -> Duration {
     let api = FakeApiServer::start(NAMESPACE, LEASE).await;
-    let dir = test_dir("bench-acquire");
+    program.prepare(&api);
+    let dir = test_dir(&format!("bench-acquire{}", program.suffix()));
     let started = Instant::now();
     let sidecars: Vec<Sidecar> = (0..3)
-        .map(|i| Sidecar::spawn(&api, &dir, &format!("p{i}"), DEFAULTS))
+        .map(|i| program.spawn(&api, &dir, &format!("p{i}"), DEFAULTS, &[]))
         .collect();
     let deadline = started + Duration::from_secs(10);
     loop {
@@ -33,11 +35,12 @@ pub async fn first_acquisition() -> Duration {
 }
 
 /// One process, fresh API server: spawn → first `/leader` answer (any status).
-pub async fn startup() -> Duration {
+pub async fn startup(program: &Program) -> Duration {
     let api = FakeApiServer::start(NAMESPACE, LEASE).await;
-    let dir = test_dir("bench-startup");
+    program.prepare(&api);
+    let dir = test_dir(&format!("bench-startup{}", program.suffix()));
     let started = Instant::now();
-    let s = Sidecar::spawn(&api, &dir, "p0", DEFAULTS);
+    let s = program.spawn(&api, &dir, "p0", DEFAULTS, &[]);
     loop {
         if s.leader().await.is_some() {
             return started.elapsed();
@@ -52,8 +55,8 @@ pub async fn startup() -> Duration {
 
 /// SIGTERM of the leader → another answers 200; one group, the stopped
 /// instance replaced after each round.
-pub async fn graceful(rounds: usize) -> Vec<Duration> {
-    let mut group = Group::start("graceful", DEFAULTS, 3).await;
+pub async fn graceful(program: &Program, rounds: usize) -> Vec<Duration> {
+    let mut group = Group::start_program(program, "graceful", DEFAULTS, 3, &[]).await;
     let mut out = Vec::new();
     for _ in 0..rounds {
         let (leader, _) = group.leader_other_than(None, DEFAULTS.lease * 2).await;
@@ -72,8 +75,8 @@ pub async fn graceful(rounds: usize) -> Vec<Duration> {
 
 /// SIGKILL of the leader → another answers 200, as the overshoot beyond
 /// `last successful renew received + lease duration`.
-pub async fn crash(rounds: usize) -> Vec<Duration> {
-    let mut group = Group::start("crash", FAST, 3).await;
+pub async fn crash(program: &Program, rounds: usize) -> Vec<Duration> {
+    let mut group = Group::start_program(program, "crash", FAST, 3, &[]).await;
     let mut out = Vec::new();
     for _ in 0..rounds {
         let (leader, _) = group.leader_other_than(None, FAST.lease * 3).await;

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::DEFAULTS;
 use crate::group::Group;
+use crate::peer::Program;
 use crate::support::fake_apiserver::{RequestRecord, Verb};
 use crate::support::sidecar::Sidecar;
 
@@ -18,10 +19,14 @@ pub struct Load {
     pub handover: Burst,
     pub expiry: Burst,
     pub rss_mean_kib: u64,
+    /// The most candidates answering `/leader` 200 in one sweep over all of
+    /// them, polled for 3 s once a new holder took the expired Lease (1 when
+    /// the election is sound).
+    pub leaders_after_expiry: usize,
 }
 
-/// Writes (POST/PUT) by candidates in the second after the first one, and how
-/// many of them got 409.
+/// Writes (POST/PUT/PATCH) by candidates in the second after the first one,
+/// and how many of them got 409.
 #[derive(Default)]
 pub struct Burst {
     pub writes: usize,
@@ -35,7 +40,9 @@ pub fn burst(requests: &[RequestRecord], exclude: &str, from: Instant) -> Burst 
     let writes: Vec<&RequestRecord> = requests
         .iter()
         .filter(|r| {
-            r.client != exclude && r.at >= from && matches!(r.verb, Verb::Update | Verb::Create)
+            r.client != exclude
+                && r.at >= from
+                && matches!(r.verb, Verb::Update | Verb::Create | Verb::Patch)
         })
         .collect();
     let Some(first) = writes.first() else {
@@ -70,8 +77,9 @@ pub async fn wait_holder_other_than(group: &Group, old: &str, timeout: Duration)
     }
 }
 
-pub async fn load(candidates: usize, steady: Duration) -> Load {
-    let mut group = Group::start(&format!("load{candidates}"), DEFAULTS, candidates).await;
+pub async fn load(program: &Program, candidates: usize, steady: Duration) -> Load {
+    let name = format!("load{candidates}");
+    let mut group = Group::start_program(program, &name, DEFAULTS, candidates, &[]).await;
     let first = wait_holder_other_than(&group, "", DEFAULTS.lease * 2).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_mean_kib = group.sidecars.iter().map(Sidecar::rss_kib).sum::<u64>() / candidates as u64;
@@ -101,7 +109,7 @@ pub async fn load(candidates: usize, steady: Duration) -> Load {
     let log = group.api.requests();
     let release = log
         .iter()
-        .filter(|r| r.client == first && r.verb == Verb::Update)
+        .filter(|r| r.client == first && matches!(r.verb, Verb::Update | Verb::Patch))
         .map(|r| r.at)
         .next_back()
         .unwrap_or(signalled);
@@ -118,7 +126,7 @@ pub async fn load(candidates: usize, steady: Duration) -> Load {
     group.sidecars[leader].signal(libc::SIGKILL);
     let _third = wait_holder_other_than(&group, &second, DEFAULTS.lease * 3).await;
     let expiry_took = killed.elapsed();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let leaders_after_expiry = most_leaders(&group, Duration::from_secs(3)).await;
     let mut expiry = burst(&group.api.requests(), &second, killed);
     expiry.took = expiry_took;
 
@@ -132,5 +140,23 @@ pub async fn load(candidates: usize, steady: Duration) -> Load {
         handover,
         expiry,
         rss_mean_kib,
+        leaders_after_expiry,
     }
+}
+
+/// The most instances of `group` answering 200 in one sweep, over `window`.
+async fn most_leaders(group: &Group, window: Duration) -> usize {
+    let until = Instant::now() + window;
+    let mut most = 0;
+    while Instant::now() < until {
+        let mut leading = 0;
+        for s in &group.sidecars {
+            if s.leader().await.is_some_and(|p| p.leading()) {
+                leading += 1;
+            }
+        }
+        most = most.max(leading);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    most
 }

@@ -6,11 +6,20 @@
 //!     cargo bench --bench failover -- --quick            # 5 rounds, shorter load windows
 //!     cargo bench --bench failover -- --only graceful,acquire
 //!     ROUNDS=50 ONLY=crash QUICK=1 cargo bench --bench failover   # the same, by env
+//!     cargo bench --bench failover -- --peer bench-peer/target/release/klm-gate
 //!
 //! Scenarios (names for `--only`, matched as substrings): `acquire`,
 //! `graceful`, `crash`, `edit`, `forbidden`, `hang`, `startup`, `load10`,
 //! `load100`, `wrk`, `fanout`. `LEADER_GATE_BIN=/path` runs another build of
 //! the binary (e.g. the previous commit's) under the same bench.
+//!
+//! The peer: `acquire`, `graceful`, `crash`, `startup`, `load10`, `load100`
+//! and `wrk` also run for a published elector (kube-lease-manager behind
+//! leader-gate's flags and `/leader`, `bench-peer/`, built by
+//! `scripts/build-peer.sh`), and a last table prints both programs' figures
+//! with ratios leader-gate ÷ peer. `--peer PATH` or `PEER_BIN` names the peer
+//! binary; by default `bench-peer/target/release/klm-gate` if it is built,
+//! else the peer rows are skipped with a note.
 //!
 //! Every latency row gives min / median / p99 / max over its rounds. The p99
 //! is by nearest rank, so below 100 rounds it is the maximum: read it as
@@ -23,6 +32,7 @@ mod day;
 mod group;
 mod latency;
 mod load;
+mod peer;
 mod table;
 mod wrk;
 
@@ -30,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use latency::*;
 use load::load;
+use peer::Program;
 use support::sidecar::Timing;
 use table::Table;
 use wrk::wrk_leader;
@@ -51,6 +62,8 @@ struct Opts {
     rounds: usize,
     quick: bool,
     only: Vec<String>,
+    /// `--peer PATH` (else `PEER_BIN`, else the default build).
+    peer: Option<String>,
 }
 
 impl Opts {
@@ -58,12 +71,14 @@ impl Opts {
         let mut quick = std::env::var("QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
         let mut only: Vec<String> = std::env::var("ONLY").map(|v| split(&v)).unwrap_or_default();
         let mut rounds: Option<usize> = std::env::var("ROUNDS").ok().and_then(|r| r.parse().ok());
+        let mut peer = None;
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--quick" => quick = true,
                 "--only" => only.extend(args.next().map(|v| split(&v)).unwrap_or_default()),
                 "--rounds" => rounds = args.next().and_then(|r| r.parse().ok()),
+                "--peer" => peer = args.next(),
                 _ => {} // `--bench` from cargo, and anything else
             }
         }
@@ -71,6 +86,7 @@ impl Opts {
             rounds: rounds.unwrap_or(if quick { 5 } else { 30 }),
             quick,
             only,
+            peer,
         }
     }
 
@@ -103,8 +119,11 @@ fn main() {
     support::raise_fd_limit(8192);
     let binary = std::env::var("LEADER_GATE_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_leader-gate").to_string());
+    let peer_bin = peer::resolve(opts.peer.as_deref());
     runtime.block_on(async {
         let mut table = Table { rows: Vec::new() };
+        // leader-gate's figures, for the side-by-side table with the peer.
+        let mut lg = peer::Side::default();
         let started = Instant::now();
         let note = |what: &str| eprintln!("[{:>6.1} s] {what}", started.elapsed().as_secs_f64());
 
@@ -112,7 +131,7 @@ fn main() {
             note("acquire");
             let mut v = Vec::new();
             for _ in 0..rounds {
-                v.push(first_acquisition().await);
+                v.push(first_acquisition(&Program::LeaderGate).await);
             }
             table.durations(
                 "first acquisition: 3 fresh candidates, no Lease → first 200 (from the first spawn)",
@@ -120,26 +139,29 @@ fn main() {
                 &v,
                 |p| p <= 50.0,
             );
+            lg.acquire = v;
         }
         if opts.wants("graceful") {
             note("graceful");
-            let v = graceful(rounds).await;
+            let v = graceful(&Program::LeaderGate, rounds).await;
             table.durations(
                 "graceful: SIGTERM of the leader → another answers 200 (defaults 15s/10s/2s, 3 candidates)",
                 "≤ 50",
                 &v,
                 |p| p <= 50.0,
             );
+            lg.graceful = v;
         }
         if opts.wants("crash") {
             note("crash");
-            let v = crash(rounds).await;
+            let v = crash(&Program::LeaderGate, rounds).await;
             table.durations(
                 "crash: SIGKILL → another answers 200, overshoot beyond last renew + lease (4s/3s/1s)",
                 "≤ 100",
                 &v,
                 |p| p <= 100.0,
             );
+            lg.crash = v;
         }
         if opts.wants("edit") {
             note("edit");
@@ -182,7 +204,7 @@ fn main() {
             note("startup");
             let mut v = Vec::new();
             for _ in 0..rounds {
-                v.push(startup().await);
+                v.push(startup(&Program::LeaderGate).await);
             }
             table.durations(
                 "start: spawn → first /leader answer (one process)",
@@ -190,6 +212,7 @@ fn main() {
                 &v,
                 |p| p <= 100.0,
             );
+            lg.startup = v;
         }
         if opts.wants("fanout") {
             note("fanout");
@@ -213,16 +236,16 @@ fn main() {
         let mut loads = Vec::new();
         if opts.wants("load10") {
             note("load10");
-            loads.push(load(10, steady).await);
+            loads.push(load(&Program::LeaderGate, 10, steady).await);
         }
         if opts.wants("load100") && !opts.quick {
             note("load100");
-            loads.push(load(100, steady).await);
+            loads.push(load(&Program::LeaderGate, 100, steady).await);
         }
         // 1,000 processes (~10 GiB resident in all): asked for by name only.
         if opts.named("load1000") {
             note("load1000");
-            loads.push(load(1000, steady).await);
+            loads.push(load(&Program::LeaderGate, 1000, steady).await);
         }
         // An hour and more: asked for by name only; --quick: 3,000 renewals.
         let day_run = if opts.named("day") {
@@ -237,9 +260,24 @@ fn main() {
         };
         let wrk = if opts.wants("wrk") {
             note("wrk");
-            wrk_leader(if opts.quick { 3 } else { 10 }).await
+            wrk_leader(&Program::LeaderGate, if opts.quick { 3 } else { 10 }).await
         } else {
             None
+        };
+        let peer_side = match &peer_bin {
+            Ok(path) => {
+                let plan = peer::Plan {
+                    wants: &|name: &str| opts.wants(name),
+                    named: &|name: &str| opts.named(name),
+                    rounds,
+                    quick: opts.quick,
+                    steady,
+                    wrk_seconds: if opts.quick { 3 } else { 10 },
+                    note: &note,
+                };
+                Some(peer::measure(path, &plan).await)
+            }
+            Err(_) => None,
         };
         note("done");
 
@@ -312,7 +350,7 @@ fn main() {
                 verdict(d.end.follower_kib <= 8192 && d.end.follower_kib <= d.warm.follower_kib + 256)
             );
         }
-        if let Some(w) = wrk {
+        if let Some(w) = &wrk {
             println!(
                 "| wrk -t2 -c64 /leader on the leader: requests/s | {:.0} | ≥ 100000 | {} |",
                 w.requests_per_s,
@@ -343,6 +381,16 @@ fn main() {
                 w.rss_after_5s,
                 verdict(w.rss_after_5s <= 8192)
             );
+        }
+        match (&peer_bin, peer_side) {
+            (Ok(path), Some(peer_side)) => {
+                lg.loads = loads;
+                lg.wrk = wrk;
+                lg.binary = binary.clone().into();
+                peer::print(&format!("kube-lease-manager 0.13.1 as {}", path.display()), &lg, &peer_side);
+            }
+            (Err(skipped), _) => println!("\n{skipped}"),
+            _ => {}
         }
     });
 }

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::DEFAULTS;
 use crate::group::Group;
+use crate::peer::Program;
 
 pub struct WrkRun {
     pub requests_per_s: f64,
@@ -19,8 +20,8 @@ pub struct WrkRun {
     pub still_leading: bool,
 }
 
-pub async fn wrk_leader(seconds: u64) -> Option<WrkRun> {
-    let group = Group::start("wrk", DEFAULTS, 2).await;
+pub async fn wrk_leader(program: &Program, seconds: u64) -> Option<WrkRun> {
+    let group = Group::start_program(program, "wrk", DEFAULTS, 2, &[]).await;
     let (leader, _) = group.leader_other_than(None, DEFAULTS.lease * 2).await;
     let follower = 1 - leader;
     group.wait_renew(leader).await;

@@ -60,7 +60,13 @@
 //! * BOOKMARKs come every second by default (the real server sends them about once a
 //!   minute), so idle watches are visibly alive.
 //! * Only equality-based label selectors; only `metadata.name`/`metadata.namespace` field
-//!   selectors; PATCH only as merge patch; no `deletecollection`.
+//!   selectors; no `deletecollection`.
+//! * PATCH: JSON merge patches; strategic merge patches are applied as merge patches
+//!   (Leases have no lists with merge keys); no JSON patch. Server-side apply
+//!   (`application/apply-patch+yaml`) tracks ownership per label, annotation and
+//!   top-level spec field (the real server per leaf field), with the real conflict
+//!   rules and Status (see `Store::apply`). A `metadata.resourceVersion` in any patch
+//!   is a precondition (409 `Conflict`).
 #![allow(dead_code)]
 
 mod core_events;
@@ -129,7 +135,8 @@ pub enum Verb {
     Create,
     /// `PUT .../leases/{name}`
     Update,
-    /// `PATCH .../leases/{name}` (merge patches only)
+    /// `PATCH .../leases/{name}`: JSON merge and strategic merge patches, and server-side
+    /// apply (`application/apply-patch+yaml`), which may create the Lease
     Patch,
     /// `DELETE .../leases/{name}`
     Delete,
@@ -241,6 +248,9 @@ pub struct RequestRecord {
     pub method: String,
     /// The request target (path and query, as sent).
     pub path: String,
+    /// The `Content-Type` header, if any (for a PATCH: which kind of patch, e.g.
+    /// `application/apply-patch+yaml` for a server-side apply).
+    pub content_type: Option<String>,
 }
 
 /// Counters of what the fake API servers sent, see [`FakeApiServer::traffic`].

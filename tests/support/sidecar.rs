@@ -1,6 +1,8 @@
 //! Real `leader-gate` processes for the scenario tests: each one a separate
 //! OS process with its own kubeconfig (so the fake API server can fault it
-//! alone), its own listeners and a log file to read afterwards.
+//! alone), its own listeners and a log file to read afterwards. The benchmark
+//! also runs a peer elector with the same command line this way
+//! ([`Sidecar::spawn_program`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -86,6 +88,30 @@ impl Sidecar {
         extra: &[&str],
     ) -> Sidecar {
         Self::spawn_full(
+            None,
+            api,
+            dir,
+            name,
+            &format!("{name}.log"),
+            timing,
+            any_port(),
+            extra,
+        )
+    }
+
+    /// Like [`Sidecar::spawn_with`], running `program` instead of leader-gate: any
+    /// program that takes leader-gate's `serve` flags and answers its `/leader` contract
+    /// (the benchmark's peer elector, `bench-peer/`).
+    pub fn spawn_program(
+        program: &Path,
+        api: &FakeApiServer,
+        dir: &Path,
+        name: &str,
+        timing: Timing,
+        extra: &[&str],
+    ) -> Sidecar {
+        Self::spawn_full(
+            Some(program),
             api,
             dir,
             name,
@@ -107,7 +133,16 @@ impl Sidecar {
         gate: SocketAddr,
         extra: &[&str],
     ) -> Sidecar {
-        Self::spawn_full(api, dir, name, &format!("{name}.log"), timing, gate, extra)
+        Self::spawn_full(
+            None,
+            api,
+            dir,
+            name,
+            &format!("{name}.log"),
+            timing,
+            gate,
+            extra,
+        )
     }
 
     /// Like [`Sidecar::spawn_with`], logging to `<dir>/<log_name>` (a
@@ -120,10 +155,12 @@ impl Sidecar {
         timing: Timing,
         extra: &[&str],
     ) -> Sidecar {
-        Self::spawn_full(api, dir, name, log_name, timing, any_port(), extra)
+        Self::spawn_full(None, api, dir, name, log_name, timing, any_port(), extra)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn spawn_full(
+        program: Option<&Path>,
         api: &FakeApiServer,
         dir: &Path,
         name: &str,
@@ -137,10 +174,12 @@ impl Sidecar {
         let log_file = std::fs::File::create(&log).expect("create log file");
         // LEADER_GATE_BIN: another build of the binary (the benchmark compares
         // builds side by side); the one cargo built otherwise.
-        let binary = std::env::var_os("LEADER_GATE_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_leader-gate")));
-        let child = Command::new(binary)
+        let binary = program.map(Path::to_path_buf).unwrap_or_else(|| {
+            std::env::var_os("LEADER_GATE_BIN")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_leader-gate")))
+        });
+        let child = Command::new(&binary)
             .arg("serve")
             .args(["--lease-name", api.lease_name()])
             .args(["--identity", name])
@@ -158,7 +197,7 @@ impl Sidecar {
             .stdout(Stdio::null())
             .stderr(log_file)
             .spawn()
-            .expect("spawn leader-gate");
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", binary.display()));
         let (gate, admin) = bound_addresses(&log, name);
         Sidecar {
             name: name.into(),

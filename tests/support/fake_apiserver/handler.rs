@@ -230,6 +230,7 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
             status: None,
             method: req.method.clone(),
             path: req.target.clone(),
+            content_type: req.header("content-type").map(str::to_string),
         });
         st.log_offset + st.log.len() - 1
     };
@@ -424,24 +425,78 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
         }),
         Verb::Patch => {
             let ct = req.header("content-type").unwrap_or("");
-            if ct.starts_with("application/merge-patch+json")
-                || ct.starts_with("application/strategic-merge-patch+json")
-            {
+            let media = ct.split(';').next().unwrap_or("").trim();
+            let force = req.query_param("force");
+            let known = [
+                "application/apply-patch+yaml",
+                "application/merge-patch+json",
+                "application/strategic-merge-patch+json",
+            ];
+            if !known.contains(&media) {
+                // The media type is checked first (patch.go), then the options.
+                Err(ApiError {
+                    code: 415,
+                    body: json!({
+                        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": format!("the body of the request was in an unknown format - accepted media types include: {} (fake apiserver); got {ct}", known.join(", ")),
+                        "reason": "UnsupportedMediaType", "code": 415,
+                    }),
+                    headers: Vec::new(),
+                })
+            } else if media != "application/apply-patch+yaml" && force.is_some() {
+                // ValidatePatchOptions, before anything else.
+                Err(status::invalid_patch_options(
+                    "force",
+                    "FieldValueForbidden",
+                    "Forbidden: may not be specified for non-apply patch",
+                ))
+            } else if media == "application/apply-patch+yaml" {
+                match req.query_param("fieldManager").filter(|m| !m.is_empty()) {
+                    None => Err(status::invalid_patch_options(
+                        "fieldManager",
+                        "FieldValueRequired",
+                        "Required value: is required for apply patch",
+                    )),
+                    Some(field_manager) => decode_apply_body(&req).and_then(|patch| {
+                        let mut st = inner.lock();
+                        // Apply creates an absent object: the apiserver then also
+                        // authorizes `create` on it (patch.go, createAuthorizerAttributes).
+                        let may_create = match st.clients.get(&client) {
+                            Some(info) if info.admin => true,
+                            Some(info) if info.bound => st.role.allows(&Attributes {
+                                verb: "create",
+                                group: resource.group(),
+                                resource: resource.name(),
+                                name: &path_name,
+                            }),
+                            _ => false,
+                        };
+                        if st.store.get(&ns, &path_name).is_none() && !may_create {
+                            return Err(status::forbidden_on(
+                                &user,
+                                "create",
+                                resource.group(),
+                                resource.name(),
+                                route.ns.as_deref(),
+                                &path_name,
+                            ));
+                        }
+                        st.store.apply(
+                            &ns,
+                            &path_name,
+                            &patch,
+                            field_manager,
+                            force == Some("true"),
+                            dry_run,
+                        )
+                    }),
+                }
+            } else {
                 decode_body(&req).and_then(|patch| {
                     let mut st = inner.lock();
                     st.store
                         .merge_patch(&ns, &path_name, &patch, &manager, dry_run)
                         .map(|o| (200, o))
-                })
-            } else {
-                Err(ApiError {
-                    code: 415,
-                    body: json!({
-                        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                        "message": format!("the body of the request was in an unknown format - accepted media types include: application/merge-patch+json, application/strategic-merge-patch+json (fake apiserver); got {ct}"),
-                        "reason": "UnsupportedMediaType", "code": 415,
-                    }),
-                    headers: Vec::new(),
                 })
             }
         }
@@ -478,6 +533,17 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
 
 fn decode_body(req: &Request) -> Result<Value, ApiError> {
     serde_json::from_slice(&req.body).map_err(|e| status::undecodable(format!("json: {e}")))
+}
+
+/// A server-side apply body: YAML (JSON is YAML too; kube-rs sends JSON).
+fn decode_apply_body(req: &Request) -> Result<Value, ApiError> {
+    if let Ok(v) = serde_json::from_slice::<Value>(&req.body) {
+        return Ok(v);
+    }
+    let text = std::str::from_utf8(&req.body)
+        .map_err(|e| status::bad_request(format!("error decoding YAML: {e}")))?;
+    serde_saphyr::from_str::<Value>(text)
+        .map_err(|e| status::bad_request(format!("error decoding YAML: {e}")))
 }
 
 fn decode_event_body(req: &Request) -> Result<Value, ApiError> {

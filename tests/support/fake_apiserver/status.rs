@@ -125,6 +125,53 @@ pub(super) fn conflict_with(name: &str, why: &str) -> ApiError {
     )
 }
 
+/// 409 `Conflict` of a server-side apply (`NewApplyConflict` from `NewConflictError` in
+/// the apiserver's `managedfields/internal/conflict.go`): `conflicts` are (manager as
+/// printed, field path) pairs; details hold only the causes.
+pub(super) fn apply_conflict(conflicts: &[(String, String)]) -> ApiError {
+    let causes: Vec<Value> = conflicts
+        .iter()
+        .map(|(m, p)| {
+            json!({ "reason": "FieldManagerConflict", "message": format!("conflict with {m}"), "field": p })
+        })
+        .collect();
+    let message = if let [(m, p)] = conflicts {
+        format!("Apply failed with 1 conflict: conflict with {m}: {p}")
+    } else {
+        let mut managers: Vec<&String> = conflicts.iter().map(|(m, _)| m).collect();
+        managers.sort();
+        managers.dedup();
+        let mut lines = Vec::new();
+        for m in managers {
+            lines.push(format!("conflicts with {m}:"));
+            for (_, p) in conflicts.iter().filter(|(cm, _)| cm == m) {
+                lines.push(format!("- {p}"));
+            }
+        }
+        format!(
+            "Apply failed with {} conflicts: {}",
+            conflicts.len(),
+            lines.join("\n")
+        )
+    };
+    ApiError::new(409, "Conflict", message, Some(json!({ "causes": causes })))
+}
+
+/// 422 for invalid `PatchOptions` (`ValidatePatchOptions`): `PatchOptions.meta.k8s.io ""
+/// is invalid: <field>: <message>`.
+pub(super) fn invalid_patch_options(field: &str, reason: &'static str, message: &str) -> ApiError {
+    ApiError::new(
+        422,
+        "Invalid",
+        format!("PatchOptions.meta.k8s.io \"\" is invalid: {field}: {message}"),
+        Some(json!({
+            "group": "meta.k8s.io",
+            "kind": "PatchOptions",
+            "causes": [{ "reason": reason, "message": message, "field": field }],
+        })),
+    )
+}
+
 /// 422 for an update without resourceVersion (exchange 07: kind is the resource here).
 pub(super) fn rv_required(name: &str) -> ApiError {
     let detail = "Invalid value: 0: must be specified for an update";

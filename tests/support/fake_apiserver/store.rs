@@ -371,6 +371,19 @@ impl Store {
         manager: &str,
         dry_run: bool,
     ) -> Result<Value, ApiError> {
+        self.create_as(ns, body, manager, "Update", dry_run)
+    }
+
+    /// A create whose managedFields entry has `operation` (`Update` for a POST, `Apply`
+    /// for a server-side apply of an absent object).
+    fn create_as(
+        &mut self,
+        ns: &str,
+        body: Value,
+        manager: &str,
+        operation: &str,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
         let mut obj = decode_lease(body)?;
         let meta = obj["metadata"].as_object_mut().expect("decoded metadata");
         match meta.get("namespace").and_then(Value::as_str) {
@@ -420,7 +433,9 @@ impl Store {
             meta.remove(k);
         }
         let fields = field_paths(&obj);
-        obj["metadata"]["managedFields"] = json!([managed_entry(manager, &now, &fields)]);
+        let mut entry = managed_entry(manager, &now, &fields);
+        entry["operation"] = json!(operation);
+        obj["metadata"]["managedFields"] = json!([entry]);
         if dry_run {
             obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
             return Ok(obj);
@@ -520,6 +535,214 @@ impl Store {
         let mut obj = decode_lease(merged)?;
         check_name_and_namespace(&mut obj, ns, name)?;
         self.apply_update(ns, name, obj, existing, manager, dry_run)
+    }
+
+    /// PATCH with `application/apply-patch+yaml`: server-side apply, modelled on the
+    /// apiserver's apply patcher and field manager (`patch.go`, `fieldmanager`,
+    /// `managedfields/internal/conflict.go`) at the granularity this fake tracks ownership
+    /// (labels, annotations, top-level spec fields):
+    ///
+    /// * the applied configuration must name `coordination.k8s.io/v1` (400 `Incorrect
+    ///   version specified in apply patch`), kind `Lease`, and carry no managedFields;
+    /// * `metadata.resourceVersion` in it is a precondition (409 `Conflict`, the optimistic
+    ///   lock message of exchange 06), `metadata.uid` too;
+    /// * a field it sets to a value other than the current one, owned by another manager
+    ///   (any other Apply entry, any Update entry, the same manager's Update entry too), is
+    ///   a conflict: 409 `Conflict`, `Apply failed with N conflict(s): ...`, one
+    ///   `FieldManagerConflict` cause per field, unless `force`, which takes the fields
+    ///   from their owners;
+    /// * the manager's Apply entry then owns exactly the applied fields; a field it
+    ///   applied before and no longer applies is removed unless another manager owns it;
+    /// * an absent Lease is created (201; the caller checks the `create` permission);
+    /// * nothing changed (fields and ownership): no new resourceVersion, no event.
+    ///
+    /// Returns the HTTP status (200 or 201) and the object.
+    pub(super) fn apply(
+        &mut self,
+        ns: &str,
+        name: &str,
+        patch: &Value,
+        manager: &str,
+        force: bool,
+        dry_run: bool,
+    ) -> Result<(u16, Value), ApiError> {
+        let Some(p) = patch.as_object() else {
+            return Err(status::bad_request(format!(
+                "error decoding YAML: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
+                json_type(patch)
+            )));
+        };
+        let version = p.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        if version != API_VERSION {
+            return Err(status::bad_request(format!(
+                "Incorrect version specified in apply patch. Specified patch version: {version}, expected: {API_VERSION}"
+            )));
+        }
+        let kind = p.get("kind").and_then(Value::as_str).unwrap_or("");
+        if kind != "Lease" {
+            return Err(status::bad_request(format!(
+                "invalid object type: {API_VERSION}, Kind={kind}"
+            )));
+        }
+        if p.get("metadata")
+            .and_then(|m| m.get("managedFields"))
+            .is_some_and(|m| !m.is_null())
+        {
+            return Err(status::bad_request("metadata.managedFields must be nil"));
+        }
+        let mut applied = patch.clone();
+        strip_nulls(&mut applied);
+        let meta = applied
+            .as_object_mut()
+            .expect("object")
+            .entry("metadata")
+            .or_insert_with(|| json!({}));
+        let Some(meta) = meta.as_object_mut() else {
+            return Err(go_type_error(meta, "Lease.metadata", "v1.ObjectMeta"));
+        };
+        match meta.get("name").and_then(Value::as_str) {
+            None | Some("") => {
+                meta.insert("name".into(), json!(name));
+            }
+            Some(n) if n != name => {
+                return Err(status::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+            Some(_) => {}
+        }
+        let rv_precondition = meta
+            .remove("resourceVersion")
+            .and_then(|v| v.as_str().map(str::to_string))
+            .filter(|v| !v.is_empty());
+        let uid_precondition = meta
+            .remove("uid")
+            .and_then(|v| v.as_str().map(str::to_string))
+            .filter(|v| !v.is_empty());
+
+        // Decoded like any Lease body (type errors are 400s, MicroTimes normalized), so
+        // that values compare with the stored ones.
+        let applied = decode_lease(applied)?;
+
+        let Some(existing) = self.get(ns, name).cloned() else {
+            if let Some(uid) = uid_precondition {
+                return Err(status::conflict_with(
+                    name,
+                    &format!(
+                        "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
+                    ),
+                ));
+            }
+            if rv_precondition.is_some() {
+                return Err(status::unknown_500(
+                    "resourceVersion should not be set on objects to be created",
+                ));
+            }
+            return self
+                .create_as(ns, applied, manager, "Apply", dry_run)
+                .map(|o| (201, o));
+        };
+        if let Some(rv) = rv_precondition
+            && rv.parse::<u64>().ok() != Some(resource_version(&existing))
+        {
+            return Err(status::conflict(name));
+        }
+        let existing_uid = existing["metadata"]["uid"].as_str().unwrap_or("");
+        if let Some(uid) = uid_precondition
+            && uid != existing_uid
+        {
+            return Err(status::conflict_with(
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {existing_uid}"
+                ),
+            ));
+        }
+
+        let fields = field_paths(&applied);
+        let entries = existing["metadata"]["managedFields"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let is_mine = |e: &Value| e["manager"] == manager && e["operation"] == "Apply";
+        let owned = |e: &Value| {
+            let mut set = BTreeSet::new();
+            flatten_fields(&e["fieldsV1"], &mut Vec::new(), &mut set);
+            set
+        };
+        let mut conflicts: Vec<(String, FieldPath)> = Vec::new();
+        for path in &fields {
+            if field_value(&existing, path) == field_value(&applied, path) {
+                continue; // same value: shared ownership, never a conflict
+            }
+            for e in entries.iter().filter(|e| !is_mine(e)) {
+                if owned(e).contains(path) {
+                    conflicts.push((print_manager(e), path.clone()));
+                }
+            }
+        }
+        if !conflicts.is_empty() && !force {
+            let shown: Vec<(String, String)> = conflicts
+                .iter()
+                .map(|(m, p)| (m.clone(), path_string(p)))
+                .collect();
+            return Err(status::apply_conflict(&shown));
+        }
+        let forced: BTreeSet<FieldPath> = conflicts.into_iter().map(|(_, p)| p).collect();
+
+        let mut merged = existing.clone();
+        json_merge_patch(&mut merged, &applied);
+        // Fields this manager applied before and no longer applies go, unless another
+        // manager owns them too.
+        let before: BTreeSet<FieldPath> = entries
+            .iter()
+            .filter(|e| is_mine(e))
+            .flat_map(&owned)
+            .collect();
+        for path in before.difference(&fields) {
+            if !entries
+                .iter()
+                .any(|e| !is_mine(e) && owned(e).contains(path))
+            {
+                remove_field(&mut merged, path);
+            }
+        }
+        let mut obj = decode_lease(merged)?;
+        check_name_and_namespace(&mut obj, ns, name)?;
+        validate(name, &obj, false)?;
+
+        let now = k8s_time_now();
+        let mut new_entries: Vec<Value> = Vec::new();
+        let mut placed = false;
+        for e in &entries {
+            if is_mine(e) {
+                placed = true;
+                if !fields.is_empty() {
+                    new_entries.push(apply_entry(manager, &now, &fields));
+                }
+                continue;
+            }
+            let mut set = owned(e);
+            set.retain(|p| !forced.contains(p) && field_value(&obj, p).is_some());
+            if set.is_empty() {
+                continue;
+            }
+            let mut e = e.clone();
+            e["fieldsV1"] = fields_v1(&set);
+            new_entries.push(e);
+        }
+        if !placed && !fields.is_empty() {
+            new_entries.push(apply_entry(manager, &now, &fields));
+        }
+        if same_object(&obj, &existing) && same_ownership(&new_entries, &entries) {
+            return Ok((200, existing));
+        }
+        obj["metadata"]["managedFields"] = Value::Array(new_entries);
+        if dry_run {
+            obj["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"].clone();
+            return Ok((200, obj));
+        }
+        Ok((200, self.commit(EventType::Modified, ns, name, Some(obj))))
     }
 
     fn apply_update(
@@ -1163,6 +1386,69 @@ fn update_managed_fields(existing: &Value, new: &Value, manager: &str, now: &str
         entries.push(managed_entry(manager, now, &changed));
     }
     Value::Array(entries)
+}
+
+/// The managedFields entry of a server-side apply (no apiVersion in the manager's identity,
+/// but recorded like the real server does).
+fn apply_entry(manager: &str, time: &str, fields: &BTreeSet<FieldPath>) -> Value {
+    let mut e = managed_entry(manager, time, fields);
+    e["operation"] = json!("Apply");
+    e
+}
+
+/// The same managers owning the same fields (times aside).
+fn same_ownership(a: &[Value], b: &[Value]) -> bool {
+    let key = |v: &[Value]| -> Vec<(Value, Value, Value)> {
+        v.iter()
+            .map(|e| {
+                (
+                    e["manager"].clone(),
+                    e["operation"].clone(),
+                    e["fieldsV1"].clone(),
+                )
+            })
+            .collect()
+    };
+    key(a) == key(b)
+}
+
+/// A manager as an apply conflict names it (`printManager` in the apiserver's
+/// `conflict.go`): `"name"` for an applier, `"name" using group/version` for an updater
+/// (the manager's identity carries no time).
+fn print_manager(e: &Value) -> String {
+    let name = Value::String(e["manager"].as_str().unwrap_or("").to_string()).to_string();
+    if e["operation"] == "Update" {
+        format!(
+            "{name} using {}",
+            e["apiVersion"].as_str().unwrap_or(API_VERSION)
+        )
+    } else {
+        name
+    }
+}
+
+/// A field path as structured-merge-diff prints it: `.spec.holderIdentity`.
+fn path_string(path: &FieldPath) -> String {
+    path.iter()
+        .map(|seg| format!(".{}", seg.strip_prefix("f:").unwrap_or(seg)))
+        .collect()
+}
+
+fn remove_field(obj: &mut Value, path: &FieldPath) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut cur = obj;
+    for seg in parents {
+        let key = seg.strip_prefix("f:").unwrap_or(seg);
+        match cur.get_mut(key) {
+            Some(next) => cur = next,
+            None => return,
+        }
+    }
+    if let Some(m) = cur.as_object_mut() {
+        m.remove(last.strip_prefix("f:").unwrap_or(last));
+    }
 }
 
 // ----- small helpers -----
