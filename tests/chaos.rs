@@ -40,8 +40,8 @@ use serde_json::{Value, json};
 use support::events::EventClient;
 use support::fake_apiserver::{FakeApiServer, Fault, FaultKind, Verb, lease_holder};
 use support::history::{
-    Bounds, End, FaultSpan, History, Incarnation, Message, Probe, StreamEnd, StreamEvent, Verdict,
-    Violation, WallMap, check, failure_report, rel,
+    Bounds, End, FaultSpan, History, Incarnation, LEASE_DELETED, Message, Probe, StreamEnd,
+    StreamEvent, Verdict, Violation, WallMap, check, failure_report, rel,
 };
 use support::sidecar::{Sidecar, Timing, get, test_dir};
 use tokio::task::JoinHandle;
@@ -242,6 +242,7 @@ fn to_stream_event(raw: &RawEvent, wall: &WallMap) -> StreamEvent {
     let message = match raw.kind.as_str() {
         "state" => Message::State {
             leading: data["leading"].as_bool().unwrap_or(false),
+            holder: data["holder"].as_str().map(str::to_owned),
             since: data["since"]
                 .as_str()
                 .and_then(leader_gate::clock::parse_micro_time)
@@ -325,7 +326,7 @@ impl Kind {
             Kind::DropWatches => "dropped-watches",
             Kind::Gone => "410-gone",
             Kind::HolderEdit => "holder-edit",
-            Kind::Delete => "lease-deleted",
+            Kind::Delete => LEASE_DELETED,
             Kind::ApiRestart => "apiserver-restart",
             Kind::RotateToken => "token-rotation",
         }
@@ -1137,9 +1138,11 @@ impl Chaos {
              terms: {probed} seen leading by the sampler, {announced} announced on streams; \
              processes: {procs}; probes: {probes} ({unanswered} unanswered)\n\
              overlaps: {overlaps}\n\
+             starts blind to a just-deleted Lease (counted apart, see history.rs): {blind:?}\n\
              longest leaderless gap after healing: {gap} (bound {bound:?}); longest gap overall: {raw}\n\
              violations: {violations}",
             seed = self.seed,
+            blind = verdict.blind_after_deletion,
             dur = (history.end - history.check_from).as_secs_f64(),
             counts = self.counts,
             skipped = self.skipped,
@@ -1337,6 +1340,19 @@ mod history_checker {
             self
         }
 
+        /// The chaos's Lease deletion at `at` (instantaneous).
+        fn deletion(mut self, at: u64) -> Synth {
+            self.h.faults.push(FaultSpan {
+                kind: LEASE_DELETED.into(),
+                target: "cluster".into(),
+                detail: String::new(),
+                injected: self.at(at),
+                healed: Some(self.at(at)),
+                suspends_gap_check: true,
+            });
+            self
+        }
+
         fn rules(&self) -> Vec<&'static str> {
             let verdict = check(&self.h, &bounds());
             verdict.violations.iter().map(|v| v.rule).collect()
@@ -1504,6 +1520,45 @@ mod history_checker {
         };
         assert_eq!(killed(5_000).rules(), Vec::<&str>::new());
         assert_eq!(killed(3_500).rules(), ["pairing"]);
+    }
+
+    /// A killed leader's validity runs to 4 s; the Lease is deleted at
+    /// 3.2 s; a restarted b, which never saw the Lease held, creates it at
+    /// 3.3 s. Nothing b could have seen shows the old term: counted apart,
+    /// and only in exactly that case.
+    #[test]
+    fn a_start_blind_to_a_deleted_lease_is_counted_apart_not_excused_otherwise() {
+        let base = |b_saw_holder: bool| {
+            let s = Synth::new()
+                .end_at(10_000)
+                .streams_only()
+                .process("a", 1, 0, Some((1_500, End::Killed)))
+                .process("b", 1, 3_100, None)
+                .event("a", 15, Message::Started, Some("u/1"), Some(3000))
+                .event("a", 1_000, Message::Renewed, Some("u/1"), Some(3000))
+                .event(
+                    "b",
+                    3_150,
+                    Message::State {
+                        leading: false,
+                        since: None,
+                        holder: b_saw_holder.then(|| "a".to_owned()),
+                    },
+                    None,
+                    None,
+                );
+            s.event("b", 3_300, Message::Started, Some("v/0"), Some(3000))
+        };
+        let blind = base(false).deletion(3_200);
+        assert_eq!(blind.rules(), Vec::<&str>::new());
+        let verdict = check(&blind.h, &bounds());
+        assert_eq!(verdict.blind_after_deletion.len(), 1, "{verdict:?}");
+        // Having seen the holder, b had to wait a duration: a violation.
+        assert_eq!(base(true).deletion(3_200).rules(), ["pairing"]);
+        // Without a deletion, nothing excuses it.
+        assert_eq!(base(false).rules(), ["pairing"]);
+        // Nor with a deletion after the start.
+        assert_eq!(base(false).deletion(3_400).rules(), ["pairing"]);
     }
 
     #[test]

@@ -56,7 +56,12 @@
 //!    last confirmed validity (publication of a `state`/`renewed` or arrival
 //!    of a `started-leading`, plus `valid_for_ms`) — a SIGKILLed or frozen
 //!    process never sends its stop, its validity ends its term. Another
-//!    process's `started-leading` must not be published before that end.
+//!    process's `started-leading` must not be published before that end —
+//!    except by a process that never showed a holder, within a lease
+//!    duration after the chaos deleted the Lease: the deletion destroyed
+//!    the only record of the last holder, and an absent Lease may be created
+//!    at once (DESIGN G7). Those starts are counted and printed apart; rule
+//!    1 still holds them to account for any provable overlap.
 //! 4. **Terms never repeat**: no term starts twice (streams), every term is
 //!    answered 200 by one process only (probes), and every term a process
 //!    answered 200 for is announced on that process's stream.
@@ -101,6 +106,8 @@ pub enum Message {
     State {
         leading: bool,
         since: Option<Instant>,
+        /// The holder it had observed, if any.
+        holder: Option<String>,
     },
     Started,
     Stopped {
@@ -257,6 +264,12 @@ pub struct Verdict {
     pub terms_announced: usize,
     pub probes: usize,
     pub unanswered: usize,
+    /// Starts that rule 3 would reject, made by a process that never saw
+    /// the Lease held, within a lease duration after the chaos deleted it:
+    /// the deletion destroyed the only record of the last holder (DESIGN
+    /// G7 lets an absent Lease be created at once). Counted, not excused
+    /// silently.
+    pub blind_after_deletion: Vec<String>,
 }
 
 /// Checks every rule of the module docs.
@@ -274,7 +287,7 @@ pub fn check(history: &History, bounds: &Bounds) -> Verdict {
     }
     check_overlap(history, &mut verdict);
     check_gaps(history, bounds, &mut verdict);
-    check_streams(history, &mut verdict);
+    check_streams(history, bounds, &mut verdict);
     for i in &history.incarnations {
         if let Some((at, End::Crashed(status))) = &i.ended {
             verdict.violations.push(Violation {
@@ -554,6 +567,9 @@ struct StreamTerm {
     valid_until: Option<Instant>,
     /// Publication of its stop.
     stopped: Option<Instant>,
+    /// Whether the process had shown any holder (its own earlier term, or
+    /// another's) before this start: if not, it never saw the Lease held.
+    saw_holder: bool,
 }
 
 impl StreamTerm {
@@ -567,7 +583,7 @@ impl StreamTerm {
     }
 }
 
-fn check_streams(history: &History, verdict: &mut Verdict) {
+fn check_streams(history: &History, bounds: &Bounds, verdict: &mut Verdict) {
     let mut by_process: BTreeMap<(String, u32), Vec<&StreamEvent>> = BTreeMap::new();
     for event in &history.events {
         by_process
@@ -587,13 +603,23 @@ fn check_streams(history: &History, verdict: &mut Verdict) {
         events.sort_by_key(|e| e.arrived);
         let name = process_name((&process.0, process.1));
         let mut open: Option<StreamTerm> = None;
+        let mut saw_holder = false;
         let push = |v: &mut Verdict, at: Instant, rule: &'static str, detail: String| {
             v.violations.push(Violation { at, rule, detail });
         };
         for event in events {
             let term = event.term.clone();
+            let shown_before = saw_holder;
+            saw_holder |= match &event.message {
+                Message::State {
+                    leading, holder, ..
+                } => *leading || holder.is_some(),
+                Message::NewLeader { holder } => holder.is_some(),
+                Message::Started => true,
+                _ => false,
+            };
             match &event.message {
-                Message::State { leading, since } => match (leading, &term, &mut open) {
+                Message::State { leading, since, .. } => match (leading, &term, &mut open) {
                     (true, Some(t), None) => {
                         announced
                             .entry(process.clone())
@@ -605,6 +631,7 @@ fn check_streams(history: &History, verdict: &mut Verdict) {
                             start: since.unwrap_or(event.published).min(event.published),
                             valid_until: event.valid_for.map(|v| event.published + v),
                             stopped: None,
+                            saw_holder: shown_before,
                         });
                     }
                     (true, Some(t), Some(o)) if *t == o.term => {
@@ -657,6 +684,7 @@ fn check_streams(history: &History, verdict: &mut Verdict) {
                         // Judged when written to the stream, before arrival.
                         valid_until: event.valid_for.map(|v| event.arrived + v),
                         stopped: None,
+                        saw_holder: shown_before,
                     });
                 }
                 Message::Stopped { reason } => match (&term, open.take()) {
@@ -805,6 +833,25 @@ fn check_streams(history: &History, verdict: &mut Verdict) {
             }
             let end = a.end();
             if end.is_none_or(|end| end > b.start) {
+                if !b.saw_holder && deleted_shortly_before(history, bounds, b.start) {
+                    verdict.blind_after_deletion.push(format!(
+                        "{} started term {} at {}, {} after the Lease was deleted, never \
+                         having seen it held, while {}'s term {} was still valid",
+                        process_name((&b.process.0, b.process.1)),
+                        b.term,
+                        rel(history.origin, b.start),
+                        history
+                            .faults
+                            .iter()
+                            .filter(|f| f.kind == LEASE_DELETED && f.injected <= b.start)
+                            .map(|f| format!("{:?}", b.start - f.injected))
+                            .next_back()
+                            .unwrap_or_default(),
+                        process_name((&a.process.0, a.process.1)),
+                        a.term,
+                    ));
+                    continue;
+                }
                 verdict.violations.push(Violation {
                     at: b.start,
                     rule: "pairing",
@@ -825,6 +872,17 @@ fn check_streams(history: &History, verdict: &mut Verdict) {
             }
         }
     }
+}
+
+/// The kind of fault that deletes the Lease.
+pub const LEASE_DELETED: &str = "lease-deleted";
+
+/// Whether the Lease was deleted within one lease duration before `at`.
+fn deleted_shortly_before(history: &History, bounds: &Bounds, at: Instant) -> bool {
+    history
+        .faults
+        .iter()
+        .any(|f| f.kind == LEASE_DELETED && f.injected <= at && at - f.injected <= bounds.lease)
 }
 
 // --- printing ---
