@@ -308,7 +308,9 @@ fn bound_addresses(log: &Path, name: &str) -> (SocketAddr, SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains(" listening ")) {
+        // Only whole lines: the process may be writing this one right now.
+        let whole = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+        if let Some(line) = whole.lines().find(|l| l.contains(" listening ")) {
             let gate = field(line, "gate=").expect("gate address in the listening line");
             let admin = field(line, "admin=").expect("admin address in the listening line");
             return (gate, admin);
