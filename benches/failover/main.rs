@@ -19,6 +19,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod fanout;
 mod group;
 mod latency;
 mod load;
@@ -94,7 +95,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    support::raise_fd_limit(8192);
+    support::raise_fd_limit(20_000); // 10,000 subscribers (fanout); children inherit it
     let binary = std::env::var("LEADER_GATE_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_leader-gate").to_string());
     runtime.block_on(async {
@@ -185,18 +186,10 @@ fn main() {
                 |p| p <= 100.0,
             );
         }
+        let mut fanouts = Vec::new();
         if opts.wants("fanout") {
             note("fanout");
-            let mut v = Vec::new();
-            for _ in 0..rounds.min(5) {
-                v.push(fanout_latency().await);
-            }
-            table.durations(
-                "stopped-leading published → received by the last of 1,000 /events subscribers",
-                "",
-                &v,
-                |_| true,
-            );
+            fanouts = fanout::run(rounds, opts.quick, &mut table).await;
         }
 
         let steady = if opts.quick {
@@ -228,6 +221,7 @@ fn main() {
             if opts.quick { " (quick)" } else { "" }
         );
         table.print();
+        fanout::print(&fanouts);
         if !loads.is_empty() {
             println!();
             println!(
