@@ -243,7 +243,7 @@ impl Connection {
     /// One read of up to `limit - input.len()` bytes into `input`, waiting
     /// for the socket first: an idle connection holds no buffer.
     async fn read_some(&mut self, limit: usize) -> io::Result<()> {
-        self.stream.readable().await?;
+        std::future::poll_fn(|cx| self.stream.poll_read_ready(cx)).await?;
         std::future::poll_fn(|cx| self.poll_read(cx, limit)).await
     }
 
@@ -384,11 +384,17 @@ impl Connection {
             // Bytes the client sends meanwhile are kept (up to the head
             // limit) for the next request; a close ends the stream.
             let watch_reads = !self.read_closed && self.input.len() < self.limits.max_header_bytes;
-            let woke = tokio::select! {
-                biased;
-                frame = body.frame() => Woke::Frame(frame),
-                readable = self.stream.readable(), if watch_reads => Woke::Readable(readable),
-            };
+            // Polled by hand: no future to make and drop per event.
+            let woke = std::future::poll_fn(|cx| {
+                if let Poll::Ready(frame) = Pin::new(&mut body).poll_frame(cx) {
+                    return Poll::Ready(Woke::Frame(frame));
+                }
+                if watch_reads && let Poll::Ready(ready) = self.stream.poll_read_ready(cx) {
+                    return Poll::Ready(Woke::Readable(ready));
+                }
+                Poll::Pending
+            })
+            .await;
             let mut frame = match woke {
                 Woke::Readable(readable) => {
                     readable?;
