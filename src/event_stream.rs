@@ -60,6 +60,7 @@ pub async fn events(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Res
         told: None,
         ending: false,
         keep_alive: Box::pin(tokio::time::sleep(app.keep_alive)),
+        last_frame: Instant::now(),
         _slot: Slot::new(permit, app.metrics.clone()),
         app,
         subscription,
@@ -98,8 +99,11 @@ struct EventStream {
     told: Option<(String, Option<BootInstant>)>,
     /// Frames ready to be sent.
     queue: VecDeque<Bytes>,
-    /// A keep-alive comment is due when this fires (reset by every frame).
+    /// A keep-alive comment is due once the interval has passed since the
+    /// last frame; the timer is moved only when it fires (not at every
+    /// frame: a fan-out to thousands would move thousands of timers).
     keep_alive: Pin<Box<Sleep>>,
+    last_frame: Instant,
     app: Arc<AppState>,
     ending: bool,
     _slot: Slot,
@@ -112,8 +116,7 @@ impl EventStream {
         futures::stream::unfold(self, |mut this| async move {
             loop {
                 if let Some(frame) = this.queue.pop_front() {
-                    let next_keep_alive = Instant::now() + this.app.keep_alive;
-                    this.keep_alive.as_mut().reset(next_keep_alive);
+                    this.last_frame = Instant::now();
                     return Some((frame, this));
                 }
                 if this.ending {
@@ -133,7 +136,14 @@ impl EventStream {
                         this.ending = true;
                     }
                     () = this.keep_alive.as_mut() => {
-                        this.queue.push_back(Bytes::from_static(KEEP_ALIVE));
+                        let now = Instant::now();
+                        let due = later(this.last_frame, this.app.keep_alive);
+                        if due <= now {
+                            this.queue.push_back(Bytes::from_static(KEEP_ALIVE));
+                            this.keep_alive.as_mut().reset(later(now, this.app.keep_alive));
+                        } else {
+                            this.keep_alive.as_mut().reset(due);
+                        }
                     }
                 }
             }
@@ -199,15 +209,18 @@ impl EventStream {
     /// A `renewed` event if the current term was renewed since the
     /// subscriber was last told its validity (or it may have lost track).
     fn push_renewed(&mut self) {
-        let state = self.state.borrow_and_update().clone();
-        let Some(term) = state.term.clone().filter(|_| state.leading_now()) else {
-            return;
+        let (term, valid_until, valid_for) = {
+            let state = self.state.borrow_and_update();
+            let valid_for = state.valid_for();
+            // Not leading now: nothing to tell (and nothing to copy).
+            let Some(term) = state.term.as_ref().filter(|_| !valid_for.is_zero()) else {
+                return;
+            };
+            (term.clone(), state.valid_until, valid_for)
         };
         match &self.told {
             // Told this very validity already.
-            Some((told_term, told_until))
-                if *told_term == term && *told_until == state.valid_until =>
-            {
+            Some((told_term, told_until)) if *told_term == term && *told_until == valid_until => {
                 return;
             }
             Some((told_term, _)) if *told_term == term => {}
@@ -226,9 +239,9 @@ impl EventStream {
         let _ = write!(
             out,
             ",\"type\":\"renewed\",\"valid_for_ms\":{}}}\n\n",
-            state.valid_for().as_millis() as u64
+            valid_for.as_millis() as u64
         );
-        self.told = Some((term, state.valid_until));
+        self.told = Some((term, valid_until));
         self.queue.push_back(out.into());
     }
 
@@ -252,6 +265,12 @@ impl EventStream {
             .map(|term| (term, state.valid_until));
         self.queue.push_back(out.into());
     }
+}
+
+/// `at + interval`, or a time that never comes if that overflows.
+fn later(at: Instant, interval: Duration) -> Instant {
+    at.checked_add(interval)
+        .unwrap_or_else(|| at + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 /// The frame of `event` as every subscriber gets it (a start's validity
