@@ -3,12 +3,14 @@
 //! `/leader` ([`crate::http`]) and the event stream's `state` events
 //! ([`crate::event_stream`]) alike.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::format_micro_time;
 use crate::events::EventLog;
 use crate::metrics::Metrics;
 use crate::state::{Heartbeat, LeaderBody, LeaderState, LeaseRef, since_text};
@@ -31,6 +33,81 @@ pub struct AppState {
     pub keep_alive: Duration,
     /// Ends the event streams (the server's own graceful shutdown waits for them).
     pub shutdown: CancellationToken,
+}
+
+/// The `/leader` body for `state`, judged now, written into `out`: the same
+/// bytes as [`leader_body`]'s value serialized (keys in the same, sorted,
+/// order), without building the value. `extras` are a `state` event's
+/// `may_have_missed_events` and `published_at_us`, written where they sort.
+/// Returns whether this instance leads at this very moment.
+pub fn write_leader_body(
+    app: &AppState,
+    state: &LeaderState,
+    extras: Option<(bool, i64)>,
+    out: &mut Vec<u8>,
+) -> bool {
+    // Decided now, against the boot-clock deadline, not when published (G2).
+    let valid_for = state.valid_for();
+    let leading = !valid_for.is_zero();
+    out.extend_from_slice(b"{\"collector_healthy\":");
+    out.extend_from_slice(match state.collector_healthy {
+        None => b"null",
+        Some(true) => b"true",
+        Some(false) => b"false",
+    });
+    out.extend_from_slice(b",\"holder\":");
+    json_str(out, state.holder.as_deref());
+    out.extend_from_slice(b",\"identity\":");
+    json_str(out, Some(&app.identity));
+    out.extend_from_slice(b",\"last_stop_reason\":");
+    json_str(out, state.last_stop);
+    out.extend_from_slice(b",\"leading\":");
+    out.extend_from_slice(if leading { b"true" } else { b"false" });
+    out.extend_from_slice(b",\"lease\":{\"name\":");
+    json_str(out, Some(&app.lease_name));
+    out.extend_from_slice(b",\"namespace\":");
+    json_str(out, Some(&app.namespace));
+    out.extend_from_slice(b"}");
+    if let Some((missed, published_at_us)) = extras {
+        out.extend_from_slice(b",\"may_have_missed_events\":");
+        out.extend_from_slice(if missed { b"true" } else { b"false" });
+        out.extend_from_slice(b",\"published_at_us\":");
+        out.extend_from_slice(itoa::Buffer::new().format(published_at_us).as_bytes());
+    }
+    out.extend_from_slice(b",\"seq\":");
+    out.extend_from_slice(itoa::Buffer::new().format(state.seq).as_bytes());
+    out.extend_from_slice(b",\"since\":");
+    write_since(out, state.since_micros);
+    out.extend_from_slice(b",\"term\":");
+    json_str(out, state.term.as_deref().filter(|_| leading));
+    out.extend_from_slice(b",\"valid_for_ms\":");
+    let valid_for_ms = valid_for.as_millis() as u64;
+    out.extend_from_slice(itoa::Buffer::new().format(valid_for_ms).as_bytes());
+    out.push(b'}');
+    leading
+}
+
+/// `since` as a JSON string: formatted once per value (it changes only at a
+/// transition), not once per request.
+fn write_since(out: &mut Vec<u8>, micros: i64) {
+    thread_local! {
+        static SINCE: RefCell<(i64, String)> = const { RefCell::new((i64::MIN, String::new())) };
+    }
+    SINCE.with_borrow_mut(|(at, text)| {
+        if *at != micros {
+            *at = micros;
+            *text = format_micro_time(micros);
+        }
+        json_str(out, Some(text));
+    });
+}
+
+/// A JSON string (escaped as serde_json does), or `null`.
+pub fn json_str(out: &mut Vec<u8>, value: Option<&str>) {
+    match value {
+        Some(value) => serde_json::to_writer(&mut *out, value).expect("a string serializes"),
+        None => out.extend_from_slice(b"null"),
+    }
 }
 
 /// The `/leader` body for `state`, judged now: whether this instance leads
@@ -58,4 +135,100 @@ pub fn leader_body(app: &AppState, state: &LeaderState) -> (bool, serde_json::Va
         leading,
         serde_json::to_value(body).expect("the body serializes"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::BootInstant;
+    use crate::state::Heartbeat;
+
+    fn app(identity: &str) -> AppState {
+        let (_, state) = watch::channel(LeaderState {
+            leading: false,
+            holder: None,
+            term: None,
+            since_micros: 0,
+            valid_until: None,
+            seq: 0,
+            last_stop: None,
+            observed: false,
+            collector_healthy: None,
+        });
+        AppState {
+            state,
+            identity: identity.into(),
+            namespace: "ns \"quoted\"".into(),
+            lease_name: "demo".into(),
+            heartbeat: Heartbeat::new(),
+            stuck_after: Duration::from_secs(15),
+            events: EventLog::new(identity, 4, 4),
+            metrics: Arc::new(Metrics::new("ns", "demo")),
+            subscribers: Arc::new(Semaphore::new(1)),
+            keep_alive: Duration::from_secs(15),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    #[test]
+    fn the_written_body_is_the_serialized_value_byte_for_byte() {
+        let states = [
+            LeaderState {
+                leading: true,
+                holder: Some("me".into()),
+                term: Some("uid/1".into()),
+                since_micros: 1_795_979_297_250_658,
+                valid_until: Some(BootInstant::after(Duration::from_secs(3600))),
+                seq: 7,
+                last_stop: Some("shutdown"),
+                observed: true,
+                collector_healthy: Some(true),
+            },
+            LeaderState {
+                leading: false,
+                holder: Some("other\u{e9}\n\"pod\"".into()),
+                term: Some("uid/1".into()),
+                since_micros: 0,
+                valid_until: None,
+                seq: 0,
+                last_stop: None,
+                observed: false,
+                collector_healthy: Some(false),
+            },
+            // Published as leading, past its deadline: no term, not leading.
+            LeaderState {
+                leading: true,
+                holder: Some("me".into()),
+                term: Some("uid/2".into()),
+                since_micros: 5,
+                valid_until: Some(BootInstant::now()),
+                seq: 3,
+                last_stop: None,
+                observed: true,
+                collector_healthy: None,
+            },
+        ];
+        for identity in ["me", "a\\b\u{1}"] {
+            let app = app(identity);
+            for state in &states {
+                let (leading, value) = leader_body(&app, state);
+                let mut out = Vec::new();
+                assert_eq!(write_leader_body(&app, state, None, &mut out), leading);
+                // The valid_for_ms may differ by the time between the two.
+                let mut expected = value.clone();
+                let written: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                expected["valid_for_ms"] = written["valid_for_ms"].clone();
+                assert_eq!(String::from_utf8(out).unwrap(), expected.to_string());
+
+                let mut with_extras = expected.clone();
+                with_extras["may_have_missed_events"] = true.into();
+                with_extras["published_at_us"] = 1_795_979_297_250_658_i64.into();
+                let mut out = Vec::new();
+                write_leader_body(&app, state, Some((true, 1_795_979_297_250_658)), &mut out);
+                let written: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                with_extras["valid_for_ms"] = written["valid_for_ms"].clone();
+                assert_eq!(String::from_utf8(out).unwrap(), with_extras.to_string());
+            }
+        }
+    }
 }

@@ -5,23 +5,25 @@
 //! - gate router (pod-local): `GET|HEAD /leader`, `GET /events`
 //! - admin router (kubelet, Prometheus): `/leader`, `/healthz`, `/readyz`, `/metrics`
 
-use axum::Json;
+use std::sync::Arc;
+
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-pub use crate::app::{AppState, leader_body};
+pub use crate::app::{AppState, leader_body, write_leader_body};
 use crate::event_stream;
 use crate::exposition::Format;
 
-/// The gate listener's routes: `/leader`, `/events`.
+/// The gate listener's routes: `/leader`, `/events`. The handlers share the
+/// state behind one `Arc` (one reference count per request, not one per field).
 pub fn gate_router(app: AppState) -> Router {
     Router::new()
         .route("/leader", get(leader))
         .route("/events", get(event_stream::events))
-        .with_state(app)
+        .with_state(Arc::new(app))
 }
 
 /// The admin listener's routes: `/leader`, `/healthz`, `/readyz`, `/metrics`.
@@ -31,24 +33,26 @@ pub fn admin_router(app: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(app)
+        .with_state(Arc::new(app))
 }
 
 /// 200 when leading at this very moment, 503 otherwise (HEAD: same, no body).
-async fn leader(State(app): State<AppState>) -> Response {
-    let state = app.state.borrow().clone();
-    let (leading, body) = leader_body(&app, &state);
+/// The body is written straight from the published state (no JSON value in
+/// between): this is the route a collector may poll in a tight loop.
+async fn leader(State(app): State<Arc<AppState>>) -> Response {
+    let mut body = Vec::with_capacity(320);
+    let leading = write_leader_body(&app, &app.state.borrow(), None, &mut body);
     let status = if leading {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, Json(body)).into_response()
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// The metrics in the format the scraper asks for: OpenMetrics for
 /// Prometheus, classic text 0.0.4 for `promtool` and most other scrapers.
-async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Response {
+async fn metrics(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     // Several Accept headers mean the same as one joined by commas.
     let accept: Vec<&str> = headers
         .get_all(header::ACCEPT)
@@ -72,7 +76,7 @@ async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Response {
 }
 
 /// Liveness: fails only when the election task ended or is stuck.
-async fn healthz(State(app): State<AppState>) -> (StatusCode, &'static str) {
+async fn healthz(State(app): State<Arc<AppState>>) -> (StatusCode, &'static str) {
     if app.heartbeat.is_alive(app.stuck_after) {
         (StatusCode::OK, "ok\n")
     } else {
@@ -84,7 +88,7 @@ async fn healthz(State(app): State<AppState>) -> (StatusCode, &'static str) {
 }
 
 /// Readiness: the API server answered at least once.
-async fn readyz(State(app): State<AppState>) -> (StatusCode, &'static str) {
+async fn readyz(State(app): State<Arc<AppState>>) -> (StatusCode, &'static str) {
     if app.state.borrow().observed {
         (StatusCode::OK, "ready\n")
     } else {

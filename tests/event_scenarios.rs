@@ -479,3 +479,67 @@ async fn leader_gate_watch_prints_every_event_once_across_a_disconnect() {
     assert!(!ids.is_empty(), "events after the reconnect were printed");
     assert_eq!(ids, expected, "every event once, in order");
 }
+
+/// Two thousand `/events` subscribers of a real leader: each costs the
+/// sidecar a few KiB (its task and the stream's state, no per-connection
+/// read and write buffers: 13 KiB each when the server kept hyper's two
+/// 8 KiB buffers per connection), every one of them gets the stop, and the
+/// memory they used is handed back to the system once they are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_subscribers_cost_a_few_kib_each_and_their_memory_comes_back() {
+    const N: usize = 2000;
+    support::raise_fd_limit(16_384);
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("many-subscribers");
+    let timing = Timing::FAST;
+    let cap = (N + 100).to_string();
+    let leader = Sidecar::spawn_with(&api, &dir, "a", timing, &["--max-subscribers", &cap]);
+    leader.wait_serving().await;
+    leader.wait_leading(timing.lease * 3).await;
+    // A first wave, so that what is measured is not the heap's first growth.
+    let mut warm = Vec::new();
+    for _ in 0..100 {
+        warm.push(EventClient::connect(leader.gate, None).await);
+    }
+    drop(warm);
+    tokio::time::sleep(SECOND).await;
+    let rss_before = leader.rss_kib();
+
+    let mut subscribers = Vec::new();
+    for _ in 0..N {
+        let mut client = EventClient::connect(leader.gate, None).await;
+        assert_eq!(client.status, 200);
+        client.next(SECOND * 5).await.expect("a state event");
+        subscribers.push(client);
+    }
+    tokio::time::sleep(SECOND / 2).await;
+    let rss_connected = leader.rss_kib();
+    let per_subscriber = rss_connected.saturating_sub(rss_before) as f64 / N as f64;
+
+    api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
+    for client in &mut subscribers {
+        let stop = client.next_of("stopped-leading", SECOND * 10).await;
+        assert!(stop.is_some(), "a subscriber missed the stop");
+    }
+    drop(subscribers);
+    // Handed back within a trim period (10 s) and a little.
+    let deadline = Instant::now() + SECOND * 15;
+    let rss_after = loop {
+        tokio::time::sleep(SECOND / 2).await;
+        let rss = leader.rss_kib();
+        if rss <= rss_before + 1024 || Instant::now() > deadline {
+            break rss;
+        }
+    };
+    println!(
+        "MEASURE {N} subscribers: rss {rss_before} -> {rss_connected} KiB ({per_subscriber:.2} KiB each), {rss_after} KiB once they left"
+    );
+    assert!(
+        per_subscriber <= 8.0,
+        "{per_subscriber:.2} KiB per subscriber ({rss_before} -> {rss_connected} KiB)"
+    );
+    assert!(
+        rss_after <= rss_before + 1024,
+        "the subscribers' memory was kept: {rss_before} -> {rss_connected} -> {rss_after} KiB"
+    );
+}

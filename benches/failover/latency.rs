@@ -1,5 +1,5 @@
 //! Latency rows: first acquisition, start, graceful and crash failover,
-//! step-down on an edit, a 403 and hung renews, event fan-out.
+//! step-down on an edit, a 403 and hung renews (event fan-out: fanout.rs).
 
 use std::time::{Duration, Instant};
 
@@ -7,7 +7,6 @@ use serde_json::json;
 
 use crate::group::Group;
 use crate::peer::Program;
-use crate::support::events::EventClient;
 use crate::support::fake_apiserver::{FakeApiServer, Fault, FaultKind, Verb};
 use crate::support::sidecar::{Sidecar, test_dir};
 use crate::{DEFAULTS, FAST, LEASE, NAMESPACE};
@@ -171,39 +170,4 @@ pub fn signed_ms(a: Instant, b: Instant) -> f64 {
     } else {
         -((b - a).as_secs_f64() * 1000.0)
     }
-}
-
-/// From publication of a stopped-leading to its arrival at the last of
-/// 1,000 subscribers of the leader's /events.
-pub async fn fanout_latency() -> Duration {
-    let group = Group::start_with("fanout", DEFAULTS, 2, &["--max-subscribers", "1100"]).await;
-    let (leader, _) = group.leader_other_than(None, DEFAULTS.lease * 2).await;
-    let gate = group.sidecars[leader].gate;
-    let mut clients = Vec::new();
-    for _ in 0..1000 {
-        let mut client = EventClient::connect(gate, None).await;
-        assert_eq!(client.status, 200);
-        client.next(Duration::from_secs(5)).await.expect("state");
-        clients.push(client);
-    }
-    let readers: Vec<_> = clients
-        .into_iter()
-        .map(|mut c| {
-            tokio::spawn(async move { c.next_of("stopped-leading", Duration::from_secs(10)).await })
-        })
-        .collect();
-    group
-        .api
-        .update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
-    let mut published = 0;
-    let mut last = 0;
-    for reader in readers {
-        let event = reader
-            .await
-            .unwrap()
-            .expect("every subscriber gets the stop");
-        published = event.data["published_at_us"].as_i64().unwrap();
-        last = last.max(event.wall_us);
-    }
-    Duration::from_micros((last - published) as u64)
 }

@@ -29,6 +29,7 @@
 mod support;
 
 mod day;
+mod fanout;
 mod group;
 mod latency;
 mod load;
@@ -116,7 +117,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    support::raise_fd_limit(8192);
+    support::raise_fd_limit(20_000); // 10,000 subscribers (fanout); children inherit it
     let binary = std::env::var("LEADER_GATE_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_leader-gate").to_string());
     let peer_bin = peer::resolve(opts.peer.as_deref());
@@ -214,18 +215,10 @@ fn main() {
             );
             lg.startup = v;
         }
+        let mut fanouts = Vec::new();
         if opts.wants("fanout") {
             note("fanout");
-            let mut v = Vec::new();
-            for _ in 0..rounds.min(5) {
-                v.push(fanout_latency().await);
-            }
-            table.durations(
-                "stopped-leading published → received by the last of 1,000 /events subscribers",
-                "",
-                &v,
-                |_| true,
-            );
+            fanouts = fanout::run(rounds, opts.quick, &mut table).await;
         }
 
         let steady = if opts.quick {
@@ -288,6 +281,7 @@ fn main() {
             if opts.quick { " (quick)" } else { "" }
         );
         table.print();
+        fanout::print(&fanouts);
         if !loads.is_empty() {
             println!();
             println!(
