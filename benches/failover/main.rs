@@ -10,11 +10,14 @@
 //!
 //! Scenarios (names for `--only`, matched as substrings): `acquire`,
 //! `graceful`, `crash`, `edit`, `forbidden`, `hang`, `startup`, `load10`,
-//! `load100`, `wrk`, `fanout`. `LEADER_GATE_BIN=/path` runs another build of
-//! the binary (e.g. the previous commit's) under the same bench.
+//! `load100`, `wrk`, `fanout`. Two more run only when named in `--only`:
+//! `load1000` (1,000 processes, about 8 GiB resident in all) and `day` (a
+//! day of renewals, 43,200 at retry 100 ms, about 73 min; 3,000 with
+//! `--quick`, or `RENEWALS=n`). `LEADER_GATE_BIN=/path` runs another build
+//! of the binary (e.g. the previous commit's) under the same bench.
 //!
-//! The peer: `acquire`, `graceful`, `crash`, `startup`, `load10`, `load100`
-//! and `wrk` also run for a published elector (kube-lease-manager behind
+//! The peer: `acquire`, `graceful`, `crash`, `startup`, `load10`, `load100`,
+//! `load1000` and `wrk` also run for a published elector (kube-lease-manager behind
 //! leader-gate's flags and `/leader`, `bench-peer/`, built by
 //! `scripts/build-peer.sh`), and a last table prints both programs' figures
 //! with ratios leader-gate ÷ peer. `--peer PATH` or `PEER_BIN` names the peer
