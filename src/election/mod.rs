@@ -59,7 +59,13 @@ use crate::clock::BootInstant;
 use crate::lease::{Lease, TermId};
 
 mod requests;
+mod successor;
 mod view;
+
+pub use successor::{
+    DEFAULT_CLAIM_WINDOW, HANDOVER_ANNOTATION, SUCCESSOR_ANNOTATION, handover_to, preferred_holder,
+    set_annotation, successor_of,
+};
 
 use requests::Pending;
 use view::{OwnWrite, View};
@@ -145,6 +151,8 @@ pub enum Purpose {
     Acquire,
     Renew,
     Release,
+    /// A claim of the empty successor slot, or clearing our own name from it.
+    Successor,
 }
 
 /// Why a term ended.
@@ -166,6 +174,9 @@ pub enum StopReason {
     Shutdown,
     /// The collector failed its health check too many times in a row.
     CollectorUnhealthy,
+    /// A hand-over was asked for (`leader-gate handover`, or another
+    /// identity in `spec.preferredHolder`).
+    HandoverRequested,
 }
 
 impl StopReason {
@@ -179,6 +190,7 @@ impl StopReason {
             Self::LeaseDeleted => "lease-deleted",
             Self::Shutdown => "shutdown",
             Self::CollectorUnhealthy => "collector-unhealthy",
+            Self::HandoverRequested => "handover-requested",
         }
     }
 }
@@ -254,6 +266,8 @@ pub struct Election {
     /// The one release of this unhealthy episode was sent: a failed release
     /// is not retried, the Lease then expires.
     released_while_unhealthy: bool,
+    /// The named successor and the hand-over (see `successor`).
+    successor: successor::Slot,
 }
 
 // === impl Election ===
@@ -261,6 +275,7 @@ pub struct Election {
 impl Election {
     pub fn new(settings: Settings, seed: u64) -> Self {
         Self {
+            successor: successor::Slot::new(&settings),
             settings,
             rng: fastrand::Rng::with_seed(seed),
             view: None,
@@ -337,6 +352,7 @@ impl Election {
             }
         }
         self.enforce_deadline(now);
+        self.successor_turn(now, &mut actions);
         self.next_request(now, &mut actions);
         actions
     }

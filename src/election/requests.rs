@@ -60,6 +60,9 @@ impl Election {
         if let Some(not_before) = self.not_before {
             at(not_before);
         }
+        if let Some(claim_at) = self.successor.claim_at {
+            at(claim_at);
+        }
         if let Some((_, attempt)) = self.acquire_at {
             at(self.not_before.map_or(attempt, |nb| nb.max(attempt)));
         }
@@ -81,7 +84,8 @@ impl Election {
         if !self.is_own(&lease.record()) {
             return None;
         }
-        let object = lease.released();
+        let mut object = lease.released();
+        self.release_names_successor(lease, &mut object);
         self.pending = Some(Pending::Write {
             purpose: Purpose::Release,
             sent_at: now.instant,
@@ -152,11 +156,13 @@ impl Election {
                         // unambiguous hand-over: take it at once; the CAS lets
                         // one candidate win and the others wait for the watch
                         // after their 409 (DESIGN "Contention").
-                        let spread = if view.is_free() {
-                            Duration::ZERO
-                        } else {
-                            self.settings.retry_period.mul_f64(self.rng.f64() * 0.5)
-                        };
+                        // With a named successor: it goes first, the others
+                        // later as a fallback (DESIGN "Named successor").
+                        let spread = super::successor::acquisition_delay(
+                            &self.settings,
+                            &mut self.rng,
+                            view,
+                        );
                         let attempt = free_at.max(now.instant) + spread;
                         self.acquire_at = Some((free_at, attempt));
                         attempt
@@ -192,16 +198,18 @@ impl Election {
     fn write(&mut self, purpose: Purpose, lease: &Lease, now: Now) -> Write {
         let micros = self.next_renew_micros(now);
         let (object, transitions) = match purpose {
-            Purpose::Acquire => (
-                lease.acquired(
+            Purpose::Acquire => {
+                let mut object = lease.acquired(
                     &self.settings.identity,
                     micros,
                     self.settings.lease_duration,
-                ),
-                lease.next_transitions(),
-            ),
+                );
+                super::successor::on_acquired(&mut object);
+                (object, lease.next_transitions())
+            }
             Purpose::Renew => (lease.renewed(micros), lease.record().transitions),
             Purpose::Release => (lease.released(), lease.record().transitions),
+            Purpose::Successor => (lease.object().clone(), lease.record().transitions),
         };
         self.sent(
             purpose,

@@ -47,6 +47,10 @@ use crate::lease;
 
 const ME: &str = "me";
 const PEER: &str = "peer";
+const THIRD: &str = "third";
+/// Claims of the successor slot in the properties: within [2 s, 4 s] of
+/// seeing a live leader with an empty slot, so histories are full of them.
+const CLAIM_WINDOW: Duration = Duration::from_secs(4);
 /// Another candidate's `renewTime`s count from here: never one of ours,
 /// which come from the wall clock (G7).
 const OTHER_MICROS: i64 = 1_000 * SECOND;
@@ -119,6 +123,13 @@ enum Edit {
     UnmarkedClear,
     Malformed(usize),
     Labelled,
+    /// A peer claims the successor slot (or, `None`, clears it): only the
+    /// annotation changes, as a claim does.
+    Successor(Option<&'static str>),
+    /// An operator asks the holder to hand over (`leader-gate handover`).
+    HandoverTo(&'static str),
+    /// The API server (coordinated leader election) prefers a holder.
+    Preferred(&'static str),
 }
 
 #[derive(Clone, Debug)]
@@ -178,6 +189,10 @@ fn edit() -> impl Strategy<Value = Edit> {
         1 => Just(Edit::UnmarkedClear),
         1 => (0..MALFORMED).prop_map(Edit::Malformed),
         1 => Just(Edit::Labelled),
+        2 => proptest::option::of(prop_oneof![Just("other"), Just(ME), Just(PEER), Just(THIRD)])
+            .prop_map(Edit::Successor),
+        1 => prop_oneof![Just("other"), Just(ME), Just(PEER), Just(THIRD)].prop_map(Edit::HandoverTo),
+        1 => prop_oneof![Just("other"), Just(ME), Just(PEER)].prop_map(Edit::Preferred),
     ]
 }
 
@@ -333,6 +348,21 @@ impl Server {
                 object
             }
             Edit::Malformed(n) => malformed(current.object().clone(), *n),
+            Edit::Successor(successor) => {
+                let mut object = current.object().clone();
+                set_annotation(&mut object, SUCCESSOR_ANNOTATION, *successor);
+                object
+            }
+            Edit::HandoverTo(target) => {
+                let mut object = current.object().clone();
+                set_annotation(&mut object, HANDOVER_ANNOTATION, Some(target));
+                object
+            }
+            Edit::Preferred(holder) => {
+                let mut object = current.object().clone();
+                spec(&mut object).insert("preferredHolder".into(), (*holder).into());
+                object
+            }
             Edit::Labelled => {
                 let mut object = current.object().clone();
                 object
@@ -438,7 +468,12 @@ impl World {
             .iter()
             .enumerate()
             .map(|(n, identity)| Candidate {
-                election: Election::new(settings(identity), seed.wrapping_add(n as u64)),
+                election: {
+                    let mut election =
+                        Election::new(settings(identity), seed.wrapping_add(n as u64));
+                    election.set_successor_claim_window(CLAIM_WINDOW);
+                    election
+                },
                 suspended: Duration::ZERO,
                 wall_offset: 0,
                 inflight: None,
@@ -636,6 +671,11 @@ impl World {
                 "a second request while one is in flight: {action:?}"
             );
             if let Action::Write(write) = &action {
+                let seen_lease = candidate
+                    .election
+                    .view
+                    .as_ref()
+                    .and_then(|v| v.lease.clone());
                 let seen = candidate
                     .election
                     .view
@@ -675,9 +715,46 @@ impl World {
                         );
                     }
                     Purpose::Release => prop_assert!(
-                        candidate.shut_down || candidate.unhealthy,
-                        "a release while contending"
+                        candidate.shut_down
+                            || candidate.unhealthy
+                            || handover_asked(&candidate.election, &seen_lease),
+                        "a release while contending, and no hand-over asked for"
                     ),
+                    Purpose::Successor => {
+                        prop_assert!(!candidate.election.is_leading(), "a leader claims");
+                        // Only the successor slot changes: no record
+                        // content, nothing a follower's clock counts (G3).
+                        let (WriteOp::Replace(object), Some(base)) = (&write.op, &seen_lease)
+                        else {
+                            return Err(TestCaseError::fail("a successor write of no record"));
+                        };
+                        let mut expected = base.object().clone();
+                        let named = object
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(SUCCESSOR_ANNOTATION));
+                        let me = candidate.election.settings().identity.clone();
+                        prop_assert!(
+                            named.is_none() || named == Some(&me),
+                            "claims only for itself: {:?}",
+                            named
+                        );
+                        set_annotation(
+                            &mut expected,
+                            SUCCESSOR_ANNOTATION,
+                            named.map(String::as_str),
+                        );
+                        prop_assert_eq!(
+                            &**object,
+                            &expected,
+                            "a successor write changes more than the slot"
+                        );
+                        prop_assert!(
+                            !candidate.shut_down || named.is_none(),
+                            "a claim after shutdown"
+                        );
+                    }
                 }
                 if write.purpose == Purpose::Acquire {
                     candidate.acquisitions.push(now.instant);
@@ -813,6 +890,15 @@ impl World {
     }
 }
 
+/// Whether `lease` asks `election`'s candidate to hand over.
+fn handover_asked(election: &Election, lease: &Option<Lease>) -> bool {
+    let me = election.settings().identity.as_str();
+    lease.as_ref().is_some_and(|lease| {
+        handover_to(lease).is_some_and(|t| t != me)
+            || preferred_holder(lease).is_some_and(|p| p != me)
+    })
+}
+
 /// What the server makes of `action`; a stored write is recorded.
 fn serve(
     server: &mut Server,
@@ -903,6 +989,154 @@ proptest! {
         let mut world = World::new(&[ME, PEER], seed);
         for (who, step) in &steps {
             world.step(*who, step)?;
+        }
+    }
+
+    #[test]
+    fn successors_claims_and_hand_overs_never_make_two_leaders(
+        seed: u64,
+        steps in proptest::collection::vec((0..3usize, step(), 0..60u8), 1..400),
+    ) {
+        // Three candidates claim and clear the slot themselves; edits add
+        // stale successors, hand-over requests and preferred holders; a
+        // candidate may crash (never heard from again) at any point,
+        // successor or not.
+        let mut world = World::new(&[ME, PEER, THIRD], seed);
+        let mut crashed = [false; 3];
+        for (who, step, crash) in &steps {
+            if crashed[*who] {
+                continue;
+            }
+            if *crash == 0 && crashed.iter().filter(|c| !**c).count() > 1 {
+                crashed[*who] = true;
+                continue;
+            }
+            world.step(*who, step)?;
+        }
+    }
+
+    #[test]
+    fn with_successors_contention_resumes_after_any_history(
+        seed: u64,
+        steps in proptest::collection::vec((0..3usize, step(), 0..60u8), 1..300),
+    ) {
+        let mut world = World::new(&[ME, PEER, THIRD], seed);
+        let mut crashed = [false; 3];
+        for (who, step, crash) in &steps {
+            if crashed[*who] {
+                continue;
+            }
+            if *crash == 0 && crashed.iter().filter(|c| !**c).count() > 1 {
+                crashed[*who] = true;
+                continue;
+            }
+            world.step(*who, step)?;
+        }
+        prop_assume!(world.server.longest <= Duration::from_secs(120));
+        // The faults heal for the survivors; the crashed stay silent, even
+        // when named successor or asked to take over.
+        let alive: Vec<usize> = (0..3).filter(|n| !crashed[*n]).collect();
+        for &who in &alive {
+            world.heal(who)?;
+        }
+        let healed = world.now(alive[0]).instant;
+        // Expiry of whatever record is there, a hand-over's release, the
+        // fallback delay (retry) and its spread (retry/2), and a claim's
+        // conflict retried: well within two durations.
+        let within = world.settings.lease_duration.max(world.server.longest) * 2
+            + world.settings.retry_period * 3;
+        let mut led = false;
+        while world.now(alive[0]).instant <= healed + within {
+            for &who in &alive {
+                world.healthy_turn(who)?;
+                for &other in &alive {
+                    world.feed(other, Input::Observed(world.server.lease.clone()))?;
+                }
+            }
+            if alive.iter().any(|&who| world.candidates[who].election.is_leading()) {
+                led = true;
+                break;
+            }
+        }
+        prop_assert!(led, "nobody leads within {:?} of healing: {:?}", within,
+            alive.iter().map(|&w| world.candidates[w].election.snapshot(world.now(w).instant)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_claim_never_delays_a_renew_past_the_deadline(
+        seed: u64,
+        claims in proptest::collection::vec((0..2_000u64, 0..1_900u64, any::<bool>()), 1..40),
+    ) {
+        // One claim per renew cycle lands at a random instant — before the
+        // renew was built, or while it is in flight — and the watch shows it
+        // after a random latency (up to a retry period): every renew is
+        // retried from the new object and lands before the deadline.
+        let mut world = World::new(&[ME], seed);
+        world.feed(0, Input::Observed(None))?;
+        let mut cycle = 0;
+        while !world.candidates[0].election.is_leading() {
+            world.healthy_turn(0)?;
+            cycle += 1;
+            prop_assert!(cycle < 10, "never led");
+        }
+        for (n, (offset_ms, latency_ms, in_flight)) in claims.iter().enumerate() {
+            let claimant = if n % 2 == 0 { PEER } else { THIRD };
+            // Up to the claim.
+            let start = world.now(0).instant;
+            let claim_at = start + Duration::from_millis(*offset_ms);
+            while world.now(0).instant < claim_at {
+                let now = world.now(0).instant;
+                let wake = world.candidates[0].election.next_wakeup(now)
+                    .map_or(claim_at, |w| w.min(claim_at)).max(now + Duration::from_millis(1));
+                world.advance(0, wake.min(claim_at).saturating_duration_since(now), Duration::ZERO);
+                world.feed(0, Input::Tick)?;
+                if world.candidates[0].inflight.is_some() && !in_flight {
+                    world.serve(0);
+                    world.answer(0)?;
+                    world.feed(0, Input::Observed(world.server.lease.clone()))?;
+                }
+            }
+            // The claim lands (the renew in flight, if any, then conflicts).
+            world.server.edit(&Edit::Successor(Some(claimant)), &world.settings.clone());
+            if world.candidates[0].inflight.is_some() {
+                world.serve(0);
+                world.answer(0)?;
+            }
+            // The watch shows it `latency` later; meanwhile the leader ticks.
+            let shown = world.now(0).instant + Duration::from_millis(*latency_ms);
+            while world.now(0).instant < shown {
+                world.advance(0, Duration::from_millis(100).min(shown - world.now(0).instant), Duration::ZERO);
+                world.feed(0, Input::Tick)?;
+                if world.candidates[0].inflight.is_some() {
+                    world.serve(0);
+                    world.answer(0)?;
+                }
+            }
+            world.feed(0, Input::Observed(world.server.lease.clone()))?;
+            // The renew that was due goes out now, from the claimed object.
+            if world.candidates[0].inflight.is_some() {
+                world.serve(0);
+                world.answer(0)?;
+                world.feed(0, Input::Observed(world.server.lease.clone()))?;
+            }
+            let election = &world.candidates[0].election;
+            prop_assert!(
+                election.is_leading(),
+                "lost the lease to a claim: {:?}",
+                election.snapshot(world.now(0).instant)
+            );
+            let deadline = election.lead_deadline().unwrap();
+            prop_assert!(
+                deadline > world.now(0).instant + world.settings.renew_deadline - world.settings.retry_period * 2,
+                "renews fell behind: deadline in {:?}",
+                deadline - world.now(0).instant
+            );
+            let named = world.server.lease.as_ref().and_then(successor_of);
+            prop_assert_eq!(
+                named.as_deref(),
+                Some(claimant),
+                "a renew dropped the claim"
+            );
         }
     }
 }

@@ -1,0 +1,376 @@
+//! The named successor and the hand-over (issue 13), transition by
+//! transition, with explicit instants.
+
+use super::*;
+
+/// `h` with claims spread over [retry, `window_secs`].
+fn with_window(mut h: Harness, window_secs: u64) -> Harness {
+    h.election
+        .set_successor_claim_window(Duration::from_secs(window_secs));
+    h
+}
+
+/// Someone else edits the object on the server (annotations, spec).
+fn edit(h: &mut Harness, f: impl FnOnce(&mut DynamicObject)) -> Lease {
+    let mut object = h.server.clone().expect("a lease").object().clone();
+    f(&mut object);
+    h.rv += 1;
+    object.metadata.resource_version = Some(h.rv.to_string());
+    let lease = Lease::new(object);
+    h.server = Some(lease.clone());
+    lease
+}
+
+fn annotation_of<'a>(object: &'a DynamicObject, key: &str) -> Option<&'a str> {
+    object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+fn write_of(action: &Action) -> &Write {
+    match action {
+        Action::Write(write) => write,
+        other => panic!("expected a write, got {other:?}"),
+    }
+}
+
+fn object_of(write: &Write) -> &DynamicObject {
+    match &write.op {
+        WriteOp::Create(o) | WriteOp::Replace(o) => o,
+    }
+}
+
+/// A record held by `a` and released by it, naming `successor`.
+fn released_naming(h: &mut Harness, successor: Option<&str>) -> Lease {
+    let held = h.server_sets(LeaseBuilder::held_by("a").transitions(2));
+    h.feed(Input::Observed(Some(held.clone())), 0.0);
+    let mut builder = LeaseBuilder::unheld()
+        .transitions(2)
+        .annotation(RELEASED_TERM_ANNOTATION, held.term_id().as_str());
+    if let Some(successor) = successor {
+        builder = builder.annotation(SUCCESSOR_ANNOTATION, successor);
+    }
+    h.server_sets(builder)
+}
+
+#[test]
+fn a_follower_claims_the_empty_slot_within_the_window_changing_only_the_annotation() {
+    let mut attempts = Vec::new();
+    for seed in 0..40 {
+        let mut h = with_window(Harness::new("b"), 10);
+        h.election = Election::new(settings("b"), seed);
+        h.election
+            .set_successor_claim_window(Duration::from_secs(10));
+        let held = h.server_sets(LeaseBuilder::held_by("a"));
+        h.feed(Input::Observed(Some(held.clone())), 0.0);
+        assert_eq!(h.first_write(0.0, 1.95), None, "not before a retry period");
+        let (at, claim) = h.first_write(2.0, 10.1).expect("claims within the window");
+        let write = write_of(&claim);
+        assert_eq!(write.purpose, Purpose::Successor);
+        let mut expected = held.object().clone();
+        set_annotation(&mut expected, SUCCESSOR_ANNOTATION, Some("b"));
+        assert_eq!(object_of(write), &expected, "only the slot changes");
+        // It is not part of the record's content: no follower's expiry
+        // clock restarts (G3).
+        let stored = h.accept(&claim);
+        assert_eq!(stored.content(), held.content());
+        h.feed(Input::Written(Ok(stored)), at + 0.01);
+        assert_eq!(h.first_write(at + 0.1, 14.9), None, "one claim");
+        attempts.push(at);
+    }
+    let distinct: std::collections::HashSet<u64> =
+        attempts.iter().map(|a| a.round() as u64).collect();
+    assert!(
+        distinct.len() >= 5,
+        "claims spread over the window: {attempts:?}"
+    );
+}
+
+#[test]
+fn no_claim_of_a_named_slot_by_the_leader_or_while_stopping() {
+    // Named: nobody else claims.
+    let mut h = with_window(Harness::new("b"), 4);
+    let held = h.server_sets(LeaseBuilder::held_by("a").annotation(SUCCESSOR_ANNOTATION, "c"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    assert_eq!(h.first_write(0.0, 14.9), None);
+    // The leader only renews.
+    let mut h = with_window(Harness::new("me"), 4);
+    let t = h.lead();
+    for n in 0..5 {
+        let at = t + 2.0 * (n + 1) as f64;
+        let actions = h.tick(at);
+        assert!(is_write(&actions, Purpose::Renew), "{actions:?}");
+        let stored = h.accept(&actions[0]);
+        h.feed(Input::Written(Ok(stored)), at + 0.01);
+    }
+    // Shutting down or unhealthy: no claim.
+    for input in [Input::Shutdown, Input::CollectorHealth(false)] {
+        let mut h = with_window(Harness::new("b"), 4);
+        let held = h.server_sets(LeaseBuilder::held_by("a"));
+        h.feed(Input::Observed(Some(held)), 0.0);
+        h.feed(input, 0.5);
+        assert_eq!(h.first_write(0.5, 14.9), None);
+    }
+}
+
+#[test]
+fn a_claim_answered_409_sends_nothing_more_and_the_watch_shows_who_won() {
+    let mut h = with_window(Harness::new("b"), 4);
+    let held = h.server_sets(LeaseBuilder::held_by("a"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    let (at, claim) = h.first_write(0.0, 4.1).expect("claims");
+    assert_eq!(write_of(&claim).purpose, Purpose::Successor);
+    // c's claim landed first.
+    let won = edit(&mut h, |o| {
+        set_annotation(o, SUCCESSOR_ANNOTATION, Some("c"));
+    });
+    let actions = h.feed(
+        Input::Written(Err(ApiError::Conflict("Conflict".into()))),
+        at + 0.01,
+    );
+    assert!(actions.is_empty(), "{actions:?}");
+    assert!(h.feed(Input::Observed(Some(won)), at + 0.02).is_empty());
+    assert_eq!(h.first_write(at + 0.1, 14.9), None, "c is the successor");
+}
+
+#[test]
+fn the_named_successor_takes_a_release_at_once_and_the_others_fall_back() {
+    for seed in 0..30 {
+        let mut h = Harness::new("b");
+        h.election = Election::new(settings("b"), seed);
+        let released = released_naming(&mut h, Some("b"));
+        let actions = h.feed(Input::Observed(Some(released)), 3.0);
+        assert!(
+            is_write(&actions, Purpose::Acquire),
+            "seed {seed}: the successor acquires on the observation itself: {actions:?}"
+        );
+        let mut h = Harness::new("c");
+        h.election = Election::new(settings("c"), seed);
+        h.election
+            .set_successor_claim_window(Duration::from_secs(3600));
+        let released = released_naming(&mut h, Some("b"));
+        h.feed(Input::Observed(Some(released)), 3.0);
+        assert_eq!(
+            h.first_write(3.0, 4.95),
+            None,
+            "seed {seed}: a retry period for b's write to arrive"
+        );
+        let (at, _) = h
+            .first_write(5.0, 6.1)
+            .expect("the fallback, should b be gone");
+        assert!(at <= 6.0 + 1e-9, "seed {seed}: retry + spread: {at}");
+    }
+}
+
+#[test]
+fn at_expiry_the_successor_goes_first_without_spread_and_the_others_later() {
+    for seed in 0..30 {
+        let mut h = Harness::new("b");
+        h.election = Election::new(settings("b"), seed);
+        let held = h.server_sets(LeaseBuilder::held_by("a").annotation(SUCCESSOR_ANNOTATION, "b"));
+        h.feed(Input::Observed(Some(held)), 0.0);
+        let (at, write) = h.first_write(0.0, 16.0).expect("acquires at expiry");
+        assert_eq!(write_of(&write).purpose, Purpose::Acquire);
+        assert!((at - 15.0).abs() < 1e-6, "seed {seed}: at expiry: {at}");
+
+        let mut h = Harness::new("c");
+        h.election = Election::new(settings("c"), seed);
+        h.election
+            .set_successor_claim_window(Duration::from_secs(3600));
+        let held = h.server_sets(LeaseBuilder::held_by("a").annotation(SUCCESSOR_ANNOTATION, "b"));
+        h.feed(Input::Observed(Some(held)), 0.0);
+        assert_eq!(h.first_write(0.0, 15.95), None, "seed {seed}");
+        let (at, _) = h.first_write(16.0, 17.1).expect("the fallback");
+        assert!(at <= 17.0 + 1e-9, "seed {seed}: retry/2 + spread: {at}");
+    }
+}
+
+#[test]
+fn a_successor_named_as_the_holder_is_stale_and_the_slot_counts_as_empty() {
+    let mut h = with_window(Harness::new("b"), 4);
+    let held = h.server_sets(LeaseBuilder::held_by("a").annotation(SUCCESSOR_ANNOTATION, "a"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    let (_, claim) = h.first_write(0.0, 4.1).expect("claims a stale slot");
+    assert_eq!(write_of(&claim).purpose, Purpose::Successor);
+}
+
+#[test]
+fn an_acquisition_empties_the_slot_and_answers_the_hand_over() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(
+        LeaseBuilder::held_by("a")
+            .annotation(SUCCESSOR_ANNOTATION, "b")
+            .annotation(HANDOVER_ANNOTATION, "c"),
+    );
+    h.feed(Input::Observed(Some(held)), 0.0);
+    let (_, write) = h.first_write(0.0, 16.0).expect("acquires");
+    let object = object_of(write_of(&write));
+    assert_eq!(object.data["spec"]["holderIdentity"], "b");
+    assert_eq!(annotation_of(object, SUCCESSOR_ANNOTATION), None);
+    assert_eq!(annotation_of(object, HANDOVER_ANNOTATION), None);
+}
+
+#[test]
+fn a_hand_over_request_closes_the_gates_then_releases_naming_the_target() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let term = h.snapshot(t).term.unwrap();
+    let asked = edit(&mut h, |o| {
+        set_annotation(o, SUCCESSOR_ANNOTATION, Some("b"));
+        set_annotation(o, HANDOVER_ANNOTATION, Some("c"));
+    });
+    let actions = h.feed(Input::Observed(Some(asked)), t + 1.0);
+    assert!(!h.election.is_leading(), "steps down first");
+    assert_eq!(
+        h.snapshot(t + 1.0).last_stop,
+        Some(StopReason::HandoverRequested)
+    );
+    let [release] = &actions[..] else {
+        panic!("one release: {actions:?}")
+    };
+    let write = write_of(release);
+    assert_eq!(write.purpose, Purpose::Release);
+    let object = object_of(write);
+    assert_eq!(object.data["spec"].get("holderIdentity"), None);
+    assert_eq!(
+        annotation_of(object, RELEASED_TERM_ANNOTATION),
+        Some(term.as_str())
+    );
+    assert_eq!(annotation_of(object, SUCCESSOR_ANNOTATION), Some("c"));
+    assert_eq!(annotation_of(object, HANDOVER_ANNOTATION), None);
+    let stored = h.accept(release);
+    h.feed(Input::Written(Ok(stored)), t + 1.1);
+    // Still a candidate (G1), but not the successor: the fallback.
+    assert_eq!(h.first_write(t + 1.1, t + 3.05), None);
+    let (_, again) = h.first_write(t + 3.1, t + 4.2).expect("contends again");
+    assert_eq!(write_of(&again).purpose, Purpose::Acquire);
+}
+
+#[test]
+fn a_hand_over_to_ourselves_is_ignored() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let asked = edit(&mut h, |o| {
+        set_annotation(o, HANDOVER_ANNOTATION, Some("me"));
+    });
+    assert!(h.feed(Input::Observed(Some(asked)), t + 1.0).is_empty());
+    assert!(h.election.is_leading());
+}
+
+#[test]
+fn a_hand_over_asked_while_a_renew_is_in_flight_releases_after_its_answer() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let renew = h.tick(t + 2.0);
+    assert!(is_write(&renew, Purpose::Renew));
+    let asked = edit(&mut h, |o| {
+        set_annotation(o, HANDOVER_ANNOTATION, Some("c"));
+    });
+    assert!(h.feed(Input::Observed(Some(asked)), t + 2.01).is_empty());
+    assert!(!h.election.is_leading());
+    let actions = h.feed(
+        Input::Written(Err(ApiError::Conflict("Conflict".into()))),
+        t + 2.02,
+    );
+    let [release] = &actions[..] else {
+        panic!("the release, once nothing is in flight: {actions:?}")
+    };
+    assert_eq!(write_of(release).purpose, Purpose::Release);
+}
+
+#[test]
+fn a_preferred_holder_set_during_the_term_asks_for_a_hand_over_one_present_at_acquisition_does_not()
+{
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let preferred = edit(&mut h, |o| {
+        o.data["spec"]["preferredHolder"] = json!("c");
+    });
+    let actions = h.feed(Input::Observed(Some(preferred)), t + 1.0);
+    assert_eq!(
+        h.snapshot(t + 1.0).last_stop,
+        Some(StopReason::HandoverRequested)
+    );
+    assert_eq!(
+        annotation_of(object_of(write_of(&actions[0])), SUCCESSOR_ANNOTATION),
+        Some("c")
+    );
+
+    // c never came: the fallback winner keeps the Lease though the field
+    // still names c.
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a").spec_field("preferredHolder", json!("c")));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    let (at, acquire) = h.first_write(0.0, 16.1).expect("acquires");
+    let stored = h.accept(&acquire);
+    h.feed(Input::Written(Ok(stored)), at + 0.01);
+    assert!(h.election.is_leading());
+    let renew = h.tick(at + 2.0);
+    assert!(is_write(&renew, Purpose::Renew), "{renew:?}");
+    assert!(h.election.is_leading());
+}
+
+#[test]
+fn a_successor_that_stops_clears_its_own_name_once() {
+    for stop in [Input::Shutdown, Input::CollectorHealth(false)] {
+        let mut h = Harness::new("b");
+        let held = h.server_sets(LeaseBuilder::held_by("a").annotation(SUCCESSOR_ANNOTATION, "b"));
+        h.feed(Input::Observed(Some(held.clone())), 0.0);
+        let actions = h.feed(stop, 1.0);
+        let [resign] = &actions[..] else {
+            panic!("one write: {actions:?}")
+        };
+        let write = write_of(resign);
+        assert_eq!(write.purpose, Purpose::Successor);
+        let mut expected = held.object().clone();
+        set_annotation(&mut expected, SUCCESSOR_ANNOTATION, None);
+        assert_eq!(object_of(write), &expected);
+        h.feed(
+            Input::Written(Err(ApiError::Server {
+                code: 500,
+                message: "x".into(),
+            })),
+            1.1,
+        );
+        assert_eq!(h.first_write(1.2, 30.0), None, "once");
+    }
+    // Someone else's name is left alone.
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a").annotation(SUCCESSOR_ANNOTATION, "c"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    assert!(h.feed(Input::Shutdown, 1.0).is_empty());
+}
+
+#[test]
+fn a_renew_answered_409_because_a_claim_landed_is_retried_at_once_from_the_claimed_object() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let renew = h.tick(t + 2.0);
+    assert!(is_write(&renew, Purpose::Renew));
+    // b's claim lands before the renew.
+    let claimed = edit(&mut h, |o| {
+        set_annotation(o, SUCCESSOR_ANNOTATION, Some("b"));
+    });
+    let actions = h.feed(
+        Input::Written(Err(ApiError::Conflict("Conflict".into()))),
+        t + 2.01,
+    );
+    assert!(actions.is_empty(), "waits for the watch: {actions:?}");
+    assert!(h.election.is_leading());
+    let retry = h.feed(Input::Observed(Some(claimed)), t + 2.02);
+    let [again] = &retry[..] else {
+        panic!("the renew goes out at once: {retry:?}")
+    };
+    assert_eq!(write_of(again).purpose, Purpose::Renew);
+    assert_eq!(
+        annotation_of(object_of(write_of(again)), SUCCESSOR_ANNOTATION),
+        Some("b"),
+        "built on the claimed object, keeping the claim"
+    );
+    let stored = h.accept(again);
+    h.feed(Input::Written(Ok(stored)), t + 2.03);
+    assert!((h.deadline_secs() - (t + 12.02)).abs() < 1e-6);
+}
