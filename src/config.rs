@@ -41,6 +41,9 @@ pub enum Command {
     /// Copy this binary to DEST (for an image without `cp`: the exec gate
     /// reaches the collector's container through a shared volume).
     Install(InstallArgs),
+    /// Ask the holder of the Lease to hand it over (to --to, or to the named
+    /// successor) and wait for the new holder.
+    Handover(crate::handover::HandoverArgs),
 }
 
 #[derive(Debug, Args)]
@@ -190,6 +193,12 @@ pub struct ServeArgs {
     /// Needs `create` on `events` in the Lease's namespace.
     #[arg(long, env = "LEADER_GATE_RECORD_EVENTS")]
     pub record_events: bool,
+
+    /// Followers claim an empty successor slot at a random instant between
+    /// --retry-period and this long after they see it empty; longer means
+    /// fewer colliding claims (about candidates x 10 ms / window).
+    #[arg(long, env = "LEADER_GATE_SUCCESSOR_CLAIM_WINDOW", default_value = "60s", value_parser = parse_duration)]
+    pub successor_claim_window: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -204,6 +213,9 @@ pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(86_400);
 /// The shortest `--retry-period`: the leader writes once per retry period,
 /// and below this the API server load stops being "near zero".
 pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(100);
+/// The longest `--successor-claim-window`: an empty slot longer than this
+/// makes most hand-overs fall back.
+pub const MAX_CLAIM_WINDOW: Duration = Duration::from_secs(3600);
 /// The most `/events` streams: each costs a few KiB and a socket.
 pub const MAX_SUBSCRIBERS: usize = 100_000;
 
@@ -242,6 +254,8 @@ pub struct ServeConfig {
     pub collector_health: Option<collector_health::Options>,
     /// Record Kubernetes Events about the Lease (`--record-events`).
     pub record_events: bool,
+    /// `--successor-claim-window`.
+    pub successor_claim_window: Duration,
 }
 
 // === impl ServeArgs ===
@@ -272,6 +286,7 @@ impl ServeArgs {
             collector_health_url,
             collector_health_failures,
             record_events,
+            successor_claim_window,
         } = self;
 
         if !is_dns1123_subdomain(&lease_name) {
@@ -375,6 +390,14 @@ impl ServeArgs {
         if events_keep_alive.is_zero() {
             return Err(invalid("--events-keep-alive", "must be more than 0"));
         }
+        if successor_claim_window <= retry_period || successor_claim_window > MAX_CLAIM_WINDOW {
+            return Err(invalid(
+                "--successor-claim-window",
+                format!(
+                    "must be more than --retry-period and at most {MAX_CLAIM_WINDOW:?} (got {successor_claim_window:?} with --retry-period {retry_period:?})"
+                ),
+            ));
+        }
         if collector_health_failures == 0 {
             return Err(invalid("--collector-health-failures", "must be at least 1"));
         }
@@ -408,6 +431,7 @@ impl ServeArgs {
             log_format,
             collector_health,
             record_events,
+            successor_claim_window,
         })
     }
 }
@@ -444,7 +468,7 @@ fn is_dns1123_label(s: &str) -> bool {
         && bytes[bytes.len() - 1].is_ascii_alphanumeric()
 }
 
-fn is_dns1123_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 
@@ -697,5 +721,28 @@ mod tests {
             resolve_namespace(None, "Bad").unwrap_err().flag,
             "--lease-namespace"
         );
+    }
+
+    #[test]
+    fn the_successor_claim_window_defaults_to_a_minute_and_names_its_flag() {
+        assert_eq!(
+            args(&[]).unwrap().successor_claim_window,
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            args(&["--successor-claim-window", "5s"])
+                .unwrap()
+                .successor_claim_window,
+            Duration::from_secs(5)
+        );
+        for bad in ["2s", "1s", "2h"] {
+            let error = args(&["--successor-claim-window", bad]).unwrap_err();
+            assert!(
+                error.starts_with(
+                    "invalid --successor-claim-window: must be more than --retry-period"
+                ),
+                "{bad}: {error}"
+            );
+        }
     }
 }

@@ -31,6 +31,7 @@
 //! - [`sidecar`]: `serve` as one function — listeners, driver, servers, the
 //!   shutdown sequence and its signals.
 //! - [`exit`]: the exit codes.
+//! - [`handover`]: `leader-gate handover`, the operator's hand-over request.
 //!
 //! `src/main.rs` parses the command line and runs the sidecar or a client.
 
@@ -47,6 +48,7 @@ pub mod event_stream;
 pub mod events;
 pub mod exit;
 pub mod exposition;
+pub mod handover;
 pub mod http;
 pub mod lease;
 pub mod lease_client;

@@ -60,6 +60,7 @@ fn main() -> ExitCode {
 async fn run_client(command: Command) -> ExitCode {
     match command {
         Command::Serve(_) => unreachable!("serve is not a client"),
+        Command::Handover(args) => leader_gate::handover::run(args).await,
         Command::Watch(WatchArgs { client, json }) => {
             // Returns only when the output closed (the reader of a pipe exited).
             let _closed = watch::run(client.url, json, std::io::stdout()).await;

@@ -49,6 +49,8 @@ pub struct Metrics {
     subscribers: Gauge,
     /// Registered only when a collector health check is configured.
     collector_healthy: Option<Gauge>,
+    /// Renews answered 409 (a successor claim or an edit landed first).
+    renew_conflicts: Counter,
 }
 
 // === impl Metrics ===
@@ -102,6 +104,12 @@ impl Metrics {
             "Open /events streams",
             subscribers.clone(),
         );
+        let renew_conflicts = Counter::default();
+        registry.register(
+            "renew_conflicts",
+            "Renews answered 409 because another write (a successor claim, a hand-over request, an edit) landed first; each is retried at once from the new object",
+            renew_conflicts.clone(),
+        );
         let lease = format!("{namespace}/{name}");
         leading
             .get_or_create(&LeaseLabels {
@@ -121,7 +129,13 @@ impl Metrics {
             leader_observed,
             subscribers,
             collector_healthy: None,
+            renew_conflicts,
         }
+    }
+
+    /// A renew was answered 409.
+    pub fn renew_conflict(&self) {
+        self.renew_conflicts.inc();
     }
 
     /// Adds `leader_gate_collector_healthy`, for a process that checks its

@@ -140,7 +140,8 @@ pub async fn run(config: ServeConfig) -> ExitCode {
             Limits::default(),
         )),
     ];
-    let election = Election::new(settings, fastrand::u64(..));
+    let mut election = Election::new(settings, fastrand::u64(..));
+    election.set_successor_claim_window(config.successor_claim_window);
     let collector_health = config
         .collector_health
         .clone()

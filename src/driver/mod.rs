@@ -26,7 +26,9 @@ use tokio_util::sync::CancellationToken;
 use crate::api_error::ApiError;
 use crate::backoff::Backoff;
 use crate::clock::{BootInstant, wall_micros};
-use crate::election::{Action, Election, Input, Now, Purpose, Snapshot, Write, WriteOp};
+use crate::election::{
+    Action, Election, Input, Now, Purpose, Snapshot, StopReason, Write, WriteOp,
+};
 use crate::lease::Lease;
 use crate::lease_client::LeaseStore;
 use crate::state::{Heartbeat, Publisher};
@@ -258,6 +260,10 @@ impl Driver {
         let actions = self.election.handle(input, now);
         self.handled = now.instant;
         let after = self.publish_now();
+        let why = match after.last_stop {
+            Some(StopReason::HandoverRequested) if why != "shutdown" => "handover requested",
+            _ => why,
+        };
         if before.leading && !after.leading {
             self.stepped_down_at = Some(Instant::now());
         }
@@ -320,6 +326,7 @@ impl Driver {
     fn send(&self, write: Write) -> BoxFuture<'static, Input> {
         // An acquisition is the first renew of a term.
         let renew = matches!(write.purpose, Purpose::Renew | Purpose::Acquire);
+        let renewing = write.purpose == Purpose::Renew;
         let (verb, request) = match write.op {
             WriteOp::Create(object) => ("create", self.store.create(*object)),
             WriteOp::Replace(object) => ("update", self.store.replace(*object)),
@@ -332,6 +339,9 @@ impl Driver {
             metrics.api_request(verb, result.as_ref().map(|_| ()));
             if renew && result.is_ok() {
                 metrics.renewed(sent.0, sent.1.elapsed());
+            }
+            if renewing && matches!(result, Err(ApiError::Conflict(_))) {
+                metrics.renew_conflict();
             }
             Input::Written(result)
         })

@@ -724,6 +724,14 @@ impl FakeApiServer {
         self.inner().lock().store.set_history_limit(n);
     }
 
+    /// Turns the CoordinatedLeaderElection feature gate on or off (default
+    /// off): off, `spec.strategy` and `spec.preferredHolder` are dropped from
+    /// creates and from updates of an object that lacks them, as the real
+    /// API server does.
+    pub fn set_coordinated_leader_election(&self, enabled: bool) {
+        self.inner().lock().store.coordinated_leader_election = enabled;
+    }
+
     /// The current global resourceVersion. The first server of a test process starts at
     /// 1000, every later one 1,000,000 higher, so a resourceVersion carried over from an
     /// earlier server is "too old" (410, re-list) on a new one, never "too large".

@@ -146,6 +146,12 @@ pub(super) struct Store {
     watchers: Vec<WatcherReg>,
     next_watch_id: u64,
     changed: watch::Sender<u64>,
+    /// The CoordinatedLeaderElection feature gate. Off (the default, as on
+    /// v1.36 clusters unless enabled), the real API server drops
+    /// `spec.strategy` and `spec.preferredHolder` from a create, and from an
+    /// update whose stored object lacks them (lease strategy.go,
+    /// PrepareForCreate / PrepareForUpdate).
+    pub(super) coordinated_leader_election: bool,
 }
 
 impl Store {
@@ -160,6 +166,7 @@ impl Store {
             watchers: Vec::new(),
             next_watch_id: 0,
             changed: watch::channel(base).0,
+            coordinated_leader_election: false,
         }
     }
 
@@ -407,6 +414,12 @@ impl Store {
         {
             name = format!("{g}{}", random_suffix());
             meta.insert("name".into(), json!(name));
+        }
+        if !self.coordinated_leader_election
+            && let Some(spec) = obj["spec"].as_object_mut()
+        {
+            spec.remove("strategy");
+            spec.remove("preferredHolder");
         }
         validate(&name, &obj, true)?;
         let meta = obj["metadata"].as_object_mut().expect("decoded metadata");
@@ -769,6 +782,15 @@ impl Store {
                 };
             }
             meta.remove("selfLink");
+        }
+        if !self.coordinated_leader_election
+            && let Some(spec) = obj["spec"].as_object_mut()
+        {
+            for k in ["strategy", "preferredHolder"] {
+                if existing["spec"].get(k).is_none() {
+                    spec.remove(k);
+                }
+            }
         }
         validate(name, &obj, false)?;
         if same_object(&obj, &existing) {
