@@ -32,10 +32,20 @@ impl Cluster {
     }
 
     async fn start_with(api: FakeApiServer, test: &str, names: &[&str], timing: Timing) -> Cluster {
+        Self::start_extra(api, test, names, timing, &[]).await
+    }
+
+    async fn start_extra(
+        api: FakeApiServer,
+        test: &str,
+        names: &[&str],
+        timing: Timing,
+        extra: &[&str],
+    ) -> Cluster {
         let dir = test_dir(test);
         let sidecars: Vec<Sidecar> = names
             .iter()
-            .map(|name| Sidecar::spawn(&api, &dir, name, timing))
+            .map(|name| Sidecar::spawn_with(&api, &dir, name, timing, extra))
             .collect();
         for sidecar in &sidecars {
             sidecar.wait_serving().await;
@@ -545,8 +555,17 @@ async fn sigterm_releases_and_a_watching_peer_takes_over_without_waiting() {
         renew_deadline: Duration::from_secs(15),
         retry: Duration::from_secs(4),
     };
-    let mut cluster = Cluster::start("sigterm", ABC, timing).await;
+    // Claims within [4 s, 5 s]: a watching peer is the named successor
+    // before the SIGTERM (a release naming nobody is spread, issue 13).
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let extra = ["--successor-claim-window", "5s"];
+    let mut cluster = Cluster::start_extra(api, "sigterm", ABC, timing, &extra).await;
     let (leader, _) = cluster.wait_leader(timing.lease).await;
+    let named = Instant::now() + timing.lease;
+    while cluster.lease()["metadata"]["annotations"]["leader-gate.dev/successor"].is_null() {
+        assert!(Instant::now() < named, "no successor named");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     cluster.next_write(&leader).await;
     let signalled = Instant::now();
     cluster.sidecar(&leader).signal(libc::SIGTERM);
