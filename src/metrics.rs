@@ -47,6 +47,7 @@ pub struct Metrics {
     last_renew_age: Gauge<f64, AtomicU64>,
     leader_observed: Gauge,
     subscribers: Gauge,
+    identity_conflicts: Counter,
     /// Registered only when a collector health check is configured.
     collector_healthy: Option<Gauge>,
 }
@@ -102,6 +103,12 @@ impl Metrics {
             "Open /events streams",
             subscribers.clone(),
         );
+        let identity_conflicts = Counter::default();
+        registry.register(
+            "identity_conflicts",
+            "Other processes seen writing the lease under this instance's identity (each counted once); give each candidate a unique --identity",
+            identity_conflicts.clone(),
+        );
         let lease = format!("{namespace}/{name}");
         leading
             .get_or_create(&LeaseLabels {
@@ -120,6 +127,7 @@ impl Metrics {
             last_renew_age,
             leader_observed,
             subscribers,
+            identity_conflicts,
             collector_healthy: None,
         }
     }
@@ -172,6 +180,11 @@ impl Metrics {
             },
         };
         self.transitions.get_or_create(&labels).inc();
+    }
+
+    /// `new` more processes were seen writing under this identity.
+    pub fn identity_conflicts(&self, new: u64) {
+        self.identity_conflicts.inc_by(new);
     }
 
     /// The published state.

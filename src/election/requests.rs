@@ -81,7 +81,8 @@ impl Election {
         if !self.is_own(&lease.record()) {
             return None;
         }
-        let object = lease.released();
+        let mut object = lease.released();
+        lease::mark_writer(&mut object, &self.writer);
         self.pending = Some(Pending::Write {
             purpose: Purpose::Release,
             sent_at: now.instant,
@@ -191,7 +192,7 @@ impl Election {
 
     fn write(&mut self, purpose: Purpose, lease: &Lease, now: Now) -> Write {
         let micros = self.next_renew_micros(now);
-        let (object, transitions) = match purpose {
+        let (mut object, transitions) = match purpose {
             Purpose::Acquire => (
                 lease.acquired(
                     &self.settings.identity,
@@ -203,6 +204,7 @@ impl Election {
             Purpose::Renew => (lease.renewed(micros), lease.record().transitions),
             Purpose::Release => (lease.released(), lease.record().transitions),
         };
+        lease::mark_writer(&mut object, &self.writer);
         self.sent(
             purpose,
             micros,
@@ -220,13 +222,14 @@ impl Election {
     fn create(&mut self, now: Now) -> Write {
         let micros = self.next_renew_micros(now);
         let s = &self.settings;
-        let object = lease::created(
+        let mut object = lease::created(
             &s.namespace,
             &s.lease_name,
             &s.identity,
             micros,
             s.lease_duration,
         );
+        lease::mark_writer(&mut object, &self.writer);
         // A new Lease starts at term 0.
         self.sent(Purpose::Acquire, micros, 0, now, None);
         Write {
@@ -251,6 +254,7 @@ impl Election {
             purpose,
             transitions,
             overtaken: false,
+            confirmed: false,
         });
         self.pending = Some(Pending::Write {
             purpose,

@@ -179,10 +179,17 @@ impl Sidecar {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_leader-gate")))
         });
+        // An `--identity` in `extra` overrides the name (processes sharing
+        // one identity keep their own kubeconfig client and log).
+        let identity = if extra.contains(&"--identity") {
+            &[][..]
+        } else {
+            &["--identity", name][..]
+        };
         let child = Command::new(&binary)
             .arg("serve")
             .args(["--lease-name", api.lease_name()])
-            .args(["--identity", name])
+            .args(identity)
             // Port 0: the kernel picks free ports, which the process logs;
             // reserving ports here first would race other tests for them.
             .args(["--listen", &gate.to_string()])
