@@ -296,6 +296,42 @@ async fn the_child_and_grandchild_die_when_exec_is_sigkilled() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_child_dies_by_its_parent_death_signal_even_without_the_guard() {
+    let (_api, sidecar, dir) = one_sidecar("exec-tree-pdeathsig").await;
+    let log = Log::new(&dir);
+    let script = format!("{PROLOGUE}trap '' TERM\n{FOREVER}");
+    let mut exec = spawn_exec(
+        &dir,
+        "a",
+        &format!("http://{}", sidecar.gate),
+        &log.0,
+        &script,
+    );
+    let child = log.wait_term(&["child"], None, TIMING.lease * 2).await[0].pid;
+    // The guard: exec's other child. Killed first, so only the child's
+    // PR_SET_PDEATHSIG is left to act.
+    let exec_pid = exec.pid();
+    let guards: Vec<i32> = children_of(exec_pid)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .filter(|&pid| pid != child)
+        .collect();
+    assert_eq!(guards.len(), 1, "one guard beside the child: {guards:?}");
+    // SAFETY: kill(2) on exec's guard, a process of this test.
+    unsafe { libc::kill(guards[0], libc::SIGKILL) };
+    while alive(guards[0]) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    exec.signal(libc::SIGKILL);
+    assert!(exec.wait_exit(SECOND * 5).await.is_some(), "exec is gone");
+    let deadline = Instant::now() + SECOND * 2;
+    while alive(child) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!alive(child), "the child (pid {child}) outlived exec");
+}
+
 /// Whether a new PID namespace can be made here (root, or no seccomp or
 /// user-namespace rules against it).
 fn pid_namespaces_allowed() -> bool {

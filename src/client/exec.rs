@@ -10,7 +10,13 @@
 //! SIGINT stop the child the same way and exit 0; SIGHUP, SIGQUIT, SIGUSR1
 //! and SIGUSR2 are forwarded to the child.
 //!
+//! "Its process group" is the whole tree of the term (see
+//! [`process_tree`]): orphans re-parent to `exec` (a subreaper, or PID 1)
+//! and are stopped with the group; the term ends only when nothing of it is
+//! left, and every orphan is reaped whenever it exits.
+//!
 //! [`feed`]: crate::client::feed
+//! [`process_tree`]: crate::client::process_tree
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

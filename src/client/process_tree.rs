@@ -54,6 +54,14 @@ pub fn reap_exited() -> Vec<(i32, i32)> {
 fn children(except: Option<i32>) -> Vec<i32> {
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
+    // A /proc of another PID namespace (say `unshare --pid` without
+    // `--mount-proc`) names other processes by these numbers: never signal
+    // those. Then only the process group is within reach.
+    let own_proc = std::fs::read_link("/proc/self")
+        .is_ok_and(|link| link.as_os_str().to_str() == Some(me.to_string().as_str()));
+    if !own_proc {
+        return Vec::new();
+    }
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -280,5 +288,18 @@ unsafe fn guard_main(read_end: i32, write_end: i32, pgid: i32) -> ! {
             libc::kill(-pgid, libc::SIGKILL);
             libc::_exit(0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_is_read_after_the_command_name() {
+        // SAFETY: getpid/getppid have no preconditions.
+        let (me, parent) = unsafe { (libc::getpid(), libc::getppid()) };
+        assert_eq!(parent_of(me), Some(parent));
+        assert_eq!(parent_of(-1), None);
     }
 }
