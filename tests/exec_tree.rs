@@ -312,11 +312,19 @@ async fn the_child_dies_by_its_parent_death_signal_even_without_the_guard() {
     // The guard: exec's other child. Killed first, so only the child's
     // PR_SET_PDEATHSIG is left to act.
     let exec_pid = exec.pid();
-    let guards: Vec<i32> = children_of(exec_pid)
-        .into_iter()
-        .map(|(pid, _)| pid)
-        .filter(|&pid| pid != child)
-        .collect();
+    let deadline = Instant::now() + SECOND * 2;
+    let guards = loop {
+        // Forked just after the child: it may not be there yet.
+        let guards: Vec<i32> = children_of(exec_pid)
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .filter(|&pid| pid != child)
+            .collect();
+        if guards.len() == 1 || Instant::now() > deadline {
+            break guards;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
     assert_eq!(guards.len(), 1, "one guard beside the child: {guards:?}");
     // SAFETY: kill(2) on exec's guard, a process of this test.
     unsafe { libc::kill(guards[0], libc::SIGKILL) };

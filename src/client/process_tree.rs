@@ -170,16 +170,23 @@ impl Tree {
         }
     }
 
-    /// Sends `signal` to the child's process group and to every other child
-    /// of `exec` (orphans that left the group), except the guard.
+    /// Sends `signal` once to each process of the tree: the child's process
+    /// group, and every other child of `exec` (orphans that left the group),
+    /// except the guard.
     pub fn signal_all(&self, signal: i32) {
         // SAFETY: kill(2) on a process group led by our child: its id is
         // not reused while a member lives or the leader is unreaped.
         unsafe { libc::kill(-self.pid, signal) };
         for pid in children(self.guard.as_ref().map(|g| g.pid)) {
-            // SAFETY: kill(2) on our own child, not yet reaped (zombies
-            // are listed too, so the pid cannot have been reused).
-            unsafe { libc::kill(pid, signal) };
+            // SAFETY: getpgid and kill(2) on our own child, not yet reaped
+            // (zombies are listed too, so the pid cannot have been reused).
+            // Members of the group had this signal already: a second
+            // SIGTERM would run a collector's handler twice.
+            unsafe {
+                if libc::getpgid(pid) != self.pid {
+                    libc::kill(pid, signal);
+                }
+            }
         }
     }
 
