@@ -148,3 +148,129 @@ async fn idle_slow_and_oversized_connections_leave_leader_fast_memory_bounded_an
     }
     assert_eq!(probe(leader.admin).await.0, Some(200));
 }
+
+/// One `GET /healthz` on a fresh connection, as the kubelet probes: whether
+/// a 200 came within its one-second timeout (the kubelet's default).
+async fn healthz(addr: SocketAddr) -> bool {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await.ok()?;
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.ok()?;
+        Some(response.starts_with(b"HTTP/1.1 200 "))
+    };
+    tokio::time::timeout(Duration::from_secs(1), exchange)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// Issue 14: 128 clients (the admin listener's cap) pipeline `GET /metrics`
+/// without ever reading the answers, and reconnect whenever the server drops
+/// them, so every place ends up held by a connection whose write is blocked.
+/// The liveness probe must keep answering: a server that keeps such a
+/// connection's place and refuses the newcomer fails the kubelet's probes,
+/// the kubelet restarts the sidecar, and leadership moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_pipelining_metrics_and_never_reading_leave_healthz_answering() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    const ATTACKERS: usize = 128;
+    const PROBES: usize = 40;
+    support::raise_fd_limit(16_384);
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("http-abuse-pipeline");
+    let timing = Timing::FAST;
+    let leader = Sidecar::spawn(&api, &dir, "a", timing);
+    leader.wait_serving().await;
+    leader.wait_leading(timing.lease * 3).await;
+    assert!(
+        healthz(leader.admin).await,
+        "/healthz answers before the attack"
+    );
+
+    let admin = leader.admin;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (connections, blocked) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut attackers = tokio::task::JoinSet::new();
+    let burst = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(64);
+    for _ in 0..ATTACKERS {
+        let (stop, connections, blocked) = (stop.clone(), connections.clone(), blocked.clone());
+        let burst = burst.clone();
+        attackers.spawn(async move {
+            let mut was_blocked = false;
+            while !stop.load(Relaxed) {
+                let Ok(mut stream) = TcpStream::connect(admin).await else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                connections.fetch_add(1, Relaxed);
+                // Requests until the server stops reading them (its answers
+                // fill both socket buffers) or drops the connection; never a
+                // read. `write` is cancel-safe: a request is never cut short.
+                let mut at = 0;
+                while !stop.load(Relaxed) {
+                    let write = stream.write(&burst[at..]);
+                    match tokio::time::timeout(Duration::from_millis(200), write).await {
+                        Ok(Ok(n)) if n > 0 => at = (at + n) % burst.len(),
+                        Ok(_) => break, // dropped: reconnect
+                        Err(_) if !was_blocked => {
+                            was_blocked = true;
+                            blocked.fetch_add(1, Relaxed);
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        });
+    }
+    // The attack holds every place: each attacker has had a write blocked
+    // (the server stopped reading it, its answers unread).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while blocked.load(Relaxed) < ATTACKERS {
+        assert!(
+            Instant::now() < deadline,
+            "the attack never blocked: {blocked:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let filled_after = connections.load(Relaxed);
+
+    let mut answered = 0;
+    let mut failed_at = Vec::new();
+    for i in 0..PROBES {
+        let started = Instant::now();
+        if healthz(admin).await {
+            answered += 1;
+        } else {
+            failed_at.push(i);
+        }
+        tokio::time::sleep(Duration::from_millis(500).saturating_sub(started.elapsed())).await;
+    }
+    stop.store(true, Relaxed);
+    while attackers.join_next().await.is_some() {}
+    println!(
+        "MEASURE /healthz under {ATTACKERS} pipelining clients that never read: {answered} of {PROBES} answered within 1 s; attacker connections {filled_after} once all blocked, {} at the end",
+        connections.load(Relaxed)
+    );
+    // Causal, not a margin: every probe finds a place (the longest-stalled
+    // connection gives up its own) and its request does not queue behind the
+    // attackers' pipelined ones.
+    assert_eq!(
+        answered, PROBES,
+        "probes {failed_at:?} went unanswered while the attack ran"
+    );
+    assert!(healthz(admin).await, "/healthz answers after the attack");
+    let after = leader
+        .leader()
+        .await
+        .expect("/leader answers after the attack");
+    assert!(
+        after.leading(),
+        "the leader kept leading through the attack"
+    );
+}
