@@ -551,3 +551,50 @@ impl AsyncWrite for WriteTimeout {
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full(table: &Table, n: usize) -> Vec<Arc<Slot>> {
+        (0..n).map(|_| table.admit(n).expect("room")).collect()
+    }
+
+    #[test]
+    fn a_full_table_evicts_the_longest_write_stalled_then_the_oldest_idle() {
+        let table = Table::default();
+        let slots = full(&table, 4);
+        for slot in &slots {
+            slot.busy.fetch_add(1, Ordering::Relaxed);
+        }
+        let now = Instant::now();
+        // Busy ones whose writes wait: the one waiting longest goes first,
+        // even though an older one is merely busy.
+        slots[1].stalled(Some(now + Duration::from_millis(5)), table.epoch);
+        slots[2].stalled(Some(now), table.epoch);
+        assert!(table.admit(4).is_some());
+        assert!(slots[2].evicted.is_cancelled(), "the longest stalled");
+        assert!(!slots[0].evicted.is_cancelled() && !slots[1].evicted.is_cancelled());
+        // No write waits any more: the oldest idle one goes.
+        for slot in &slots {
+            slot.stalled(None, table.epoch);
+        }
+        slots[1].busy.fetch_sub(1, Ordering::Relaxed);
+        assert!(table.admit(4).is_some());
+        assert!(slots[1].evicted.is_cancelled());
+        assert!(!slots[0].evicted.is_cancelled());
+    }
+
+    #[test]
+    fn a_newcomer_is_refused_only_when_every_answer_flows() {
+        let table = Table::default();
+        let slots = full(&table, 2);
+        for slot in &slots {
+            slot.busy.fetch_add(1, Ordering::Relaxed);
+        }
+        assert!(table.admit(2).is_none());
+        slots[1].stalled(Some(Instant::now()), table.epoch);
+        assert!(table.admit(2).is_some());
+        assert!(slots[1].evicted.is_cancelled() && !slots[0].evicted.is_cancelled());
+    }
+}
