@@ -296,6 +296,19 @@ impl Sidecar {
             .unwrap_or(0)
     }
 
+    /// Anonymous resident memory in KiB (Linux `RssAnon`): the heap and
+    /// stacks, without the binary's own code pages, which new code paths
+    /// fault in (a first 431, say) whatever the load.
+    pub fn anon_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("RssAnon:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
