@@ -6,7 +6,10 @@
 //! its DST, written atomically (a temporary file in DST's directory, fsync,
 //! rename, fsync of the directory), and rewritten when SRC changes or the
 //! copy was removed or changed by someone else (checked at every renewal).
-//! Each DST is removed the moment leadership ends or can no longer be
+//! That blocking I/O runs in a [`writer`] thread per DST, never on the event
+//! loop: a removal never queues behind a write or waits for an fsync, and a
+//! write that began before a removal never lands after it (a generation
+//! fence). Each DST is removed the moment leadership ends or can no longer be
 //! confirmed — also when the sidecar dies without a word, since validity
 //! then runs out — and at start-up, before anything else (a stale copy from
 //! a killed run), and on SIGTERM/SIGINT. With `--reload-url` one HTTP POST
@@ -16,10 +19,11 @@
 //!
 //! [`feed`]: crate::client::feed
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+mod writer;
+
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::Method;
@@ -29,9 +33,13 @@ use tokio::task::JoinHandle;
 
 use crate::client::feed::Feed;
 use crate::client::url::GateUrl;
+use writer::{Changed, Disk, RealDisk, Writer};
 
 /// How long a reload POST may take.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long shutting down waits for the writers (a write stuck on the disk
+/// is dropped anyway: its DST was removed first).
+const WRITER_FINISH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One SRC:DST pair.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,7 +107,8 @@ pub struct FileGateOptions {
 pub async fn run(options: FileGateOptions) {
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    let mut gate = Gate::new(options);
+    let reloader = Reloader::start(options.reload.clone());
+    let gate = Gate::new(options, reloader.handle());
     // Before anything else: a copy left by a run that was killed is stale
     // until proven otherwise. The collector hears of it (and answers)
     // before this run even subscribes.
@@ -108,16 +117,12 @@ pub async fn run(options: FileGateOptions) {
     {
         reload(url).await;
     }
-    let reloader = Reloader::start(gate.options.reload.clone());
     let mut feed = Feed::new(gate.options.url.clone());
     loop {
-        let leading = feed.leading().is_some();
-        let changed = if leading {
-            gate.write_all()
-        } else {
-            gate.remove_all("leadership ended or cannot be confirmed")
-        };
-        if changed {
+        // Writes go to the writer threads; a removal happens here and now.
+        if feed.leading().is_some() {
+            gate.write_all();
+        } else if gate.remove_all("leadership ended or cannot be confirmed") {
             reloader.changed();
         }
         tokio::select! {
@@ -133,6 +138,7 @@ pub async fn run(options: FileGateOptions) {
     if gate.remove_all("shutting down") {
         reloader.changed();
     }
+    gate.finish().await;
     reloader.finish().await;
 }
 
@@ -166,9 +172,12 @@ impl Reloader {
 
     /// Something changed: the collector is told once, after what came before.
     fn changed(&self) {
-        if let Some(queue) = &self.queue {
-            let _ = queue.send(());
-        }
+        self.handle().changed();
+    }
+
+    /// For the writer threads, which say when they changed something.
+    fn handle(&self) -> Changed {
+        Changed(self.queue.clone())
     }
 
     /// Sends what is queued, for a bounded time.
@@ -198,110 +207,57 @@ async fn reload(url: &GateUrl) {
 
 struct Gate {
     options: FileGateOptions,
-    slots: Vec<Slot>,
-}
-
-/// What one DST holds, as far as this process knows.
-#[derive(Clone, Default)]
-struct Slot {
-    /// The content written there (None: nothing of ours).
-    written: Option<Vec<u8>>,
-    /// The last error said about it, so a lasting one is said once.
-    complaint: Option<String>,
+    writers: Vec<Writer>,
 }
 
 // === impl Gate ===
 
 impl Gate {
-    fn new(options: FileGateOptions) -> Self {
-        let slots = vec![Slot::default(); options.mappings.len()];
-        Self { options, slots }
+    /// Starts one writer thread per DST; `changed` hears of every write.
+    fn new(options: FileGateOptions, changed: Changed) -> Self {
+        Self::with_disk(options, changed, Arc::new(RealDisk::new()))
     }
 
-    /// Puts a current copy of every SRC at its DST; whether anything changed.
-    fn write_all(&mut self) -> bool {
+    fn with_disk(options: FileGateOptions, changed: Changed, disk: Arc<dyn Disk>) -> Self {
+        let writers = options
+            .mappings
+            .iter()
+            .map(|m| Writer::start(m.clone(), options.mode, changed.clone(), disk.clone()))
+            .collect();
+        Self { options, writers }
+    }
+
+    /// Asks every writer for a current copy of its SRC at its DST; returns
+    /// at once (each writer tells the reloader of what it changed).
+    fn write_all(&self) {
+        for writer in &self.writers {
+            writer.ensure();
+        }
+    }
+
+    /// Removes every DST now, without waiting for
+    /// a write in progress, which then never lands; whether one existed.
+    fn remove_all(&self, why: &str) -> bool {
         let mut changed = false;
-        for (mapping, slot) in self.options.mappings.iter().zip(&mut self.slots) {
-            let result = std::fs::read(&mapping.src)
-                .map_err(|e| format!("cannot read {}: {e}", mapping.src.display()))
-                .and_then(|content| {
-                    // What is on disk, not only what was written: someone
-                    // may have removed or changed the copy since.
-                    if slot.written.as_ref() == Some(&content)
-                        && std::fs::read(&mapping.dst).is_ok_and(|held| held == content)
-                    {
-                        return Ok(None);
-                    }
-                    write_atomically(mapping, &content, self.options.mode)
-                        .map(|()| Some(content))
-                        .map_err(|e| format!("cannot write {}: {e}", mapping.dst.display()))
-                });
-            match result {
-                Ok(None) => slot.complaint = None,
-                Ok(Some(content)) => {
-                    let what = if slot.written.as_ref() == Some(&content) {
-                        "restored (removed or changed by someone else)"
-                    } else {
-                        "wrote"
-                    };
-                    log(&format!("leading: {what} {}", mapping.dst.display()));
-                    slot.written = Some(content);
-                    slot.complaint = None;
-                    changed = true;
-                }
-                Err(complaint) => {
-                    if slot.complaint.as_ref() != Some(&complaint) {
-                        log(&complaint);
-                        slot.complaint = Some(complaint);
-                    }
-                }
-            }
+        for writer in &self.writers {
+            changed |= writer.remove(why);
         }
         changed
     }
 
-    /// Removes every DST (and any temporary file); whether one existed.
-    fn remove_all(&mut self, why: &str) -> bool {
-        let mut changed = false;
-        for (mapping, slot) in self.options.mappings.iter().zip(&mut self.slots) {
-            let _ = std::fs::remove_file(mapping.temporary());
-            match std::fs::remove_file(&mapping.dst) {
-                Ok(()) => {
-                    log(&format!("{why}: removed {}", mapping.dst.display()));
-                    let _ = sync_dir(parent(&mapping.dst));
-                    changed = true;
-                }
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => log(&format!("cannot remove {}: {error}", mapping.dst.display())),
-            }
-            slot.written = None;
+    /// Lets the writers finish (a write they drop, a directory fsync),
+    /// for a bounded time.
+    async fn finish(self) {
+        let writers = self.writers;
+        let joined =
+            tokio::task::spawn_blocking(move || writers.into_iter().for_each(Writer::finish));
+        if tokio::time::timeout(WRITER_FINISH_TIMEOUT, joined)
+            .await
+            .is_err()
+        {
+            log("gave up waiting for a write stuck on the disk");
         }
-        changed
     }
-}
-
-/// Temporary file in DST's directory, fsync, rename, fsync the directory:
-/// a reader sees the old file or the whole new one, never a part.
-fn write_atomically(mapping: &Mapping, content: &[u8], mode: u32) -> std::io::Result<()> {
-    let temporary = mapping.temporary();
-    let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&temporary)?;
-        file.write_all(content)?;
-        // The umask may have narrowed `mode`.
-        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, &mapping.dst)?;
-        sync_dir(parent(&mapping.dst))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    result
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -322,6 +278,7 @@ fn log(message: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     fn dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
@@ -350,41 +307,160 @@ mod tests {
         }
     }
 
-    #[test]
-    fn copies_appear_whole_with_the_mode_and_removal_reports_what_it_did() {
-        let d = dir("copy");
+    fn changes() -> (Changed, mpsc::UnboundedReceiver<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Changed(Some(tx)), rx)
+    }
+
+    fn count(rx: &mut mpsc::UnboundedReceiver<()>) -> usize {
+        std::iter::from_fn(|| rx.try_recv().ok()).count()
+    }
+
+    fn gate(d: &Path, disk: Option<Arc<dyn Disk>>) -> (Gate, Mapping, mpsc::UnboundedReceiver<()>) {
         let src = d.join("src.yml");
         std::fs::write(&src, "a: 1\n").unwrap();
         let mapping =
             Mapping::parse(&format!("{}:{}/dst.yml", src.display(), d.display())).unwrap();
-        let mut gate = Gate::new(FileGateOptions {
+        let options = FileGateOptions {
             url: GateUrl::parse("http://127.0.0.1:9").unwrap(),
             reload: None,
             mode: 0o640,
             mappings: vec![mapping.clone()],
-        });
-        assert!(gate.write_all());
-        assert!(!gate.write_all(), "unchanged SRC: nothing to do");
+        };
+        let (changed, rx) = changes();
+        let gate = match disk {
+            Some(disk) => Gate::with_disk(options, changed, disk),
+            None => Gate::new(options, changed),
+        };
+        (gate, mapping, rx)
+    }
+
+    /// Writes, then waits until the writer is done; how many changes it made.
+    fn settle(gate: &Gate, rx: &mut mpsc::UnboundedReceiver<()>) -> usize {
+        gate.write_all();
+        gate.writers.iter().for_each(Writer::wait_idle);
+        count(rx)
+    }
+
+    #[test]
+    fn copies_appear_whole_with_the_mode_and_removal_reports_what_it_did() {
+        let d = dir("copy");
+        let (gate, mapping, mut rx) = gate(&d, None);
+        let src = &mapping.src;
+        assert_eq!(settle(&gate, &mut rx), 1);
+        assert_eq!(settle(&gate, &mut rx), 0, "unchanged SRC: nothing to do");
         assert_eq!(std::fs::read_to_string(&mapping.dst).unwrap(), "a: 1\n");
         let mode = std::fs::metadata(&mapping.dst)
             .unwrap()
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o640);
-        std::fs::write(&src, "a: 2\n").unwrap();
-        assert!(gate.write_all(), "a changed SRC is copied again");
+        std::fs::write(src, "a: 2\n").unwrap();
+        assert_eq!(settle(&gate, &mut rx), 1, "a changed SRC is copied again");
         assert_eq!(std::fs::read_to_string(&mapping.dst).unwrap(), "a: 2\n");
         assert!(!mapping.temporary().exists());
         // Someone else removes or edits the copy: it is put back.
         std::fs::remove_file(&mapping.dst).unwrap();
-        assert!(gate.write_all(), "a removed copy is restored");
+        assert_eq!(settle(&gate, &mut rx), 1, "a removed copy is restored");
         assert_eq!(std::fs::read_to_string(&mapping.dst).unwrap(), "a: 2\n");
         std::fs::write(&mapping.dst, "edited\n").unwrap();
-        assert!(gate.write_all(), "an edited copy is restored");
+        assert_eq!(settle(&gate, &mut rx), 1, "an edited copy is restored");
         assert_eq!(std::fs::read_to_string(&mapping.dst).unwrap(), "a: 2\n");
-        assert!(!gate.write_all());
+        assert_eq!(settle(&gate, &mut rx), 0);
         assert!(gate.remove_all("test"));
         assert!(!mapping.dst.exists());
         assert!(!gate.remove_all("test"), "nothing left to remove");
+        // Leading again: written again, as new.
+        assert_eq!(settle(&gate, &mut rx), 1);
+        assert_eq!(std::fs::read_to_string(&mapping.dst).unwrap(), "a: 2\n");
+    }
+
+    /// A disk whose fsync blocks while `stuck`, saying when one is blocked.
+    #[derive(Default)]
+    struct StuckDisk {
+        stuck: std::sync::Mutex<bool>,
+        turn: std::sync::Condvar,
+        blocked: std::sync::atomic::AtomicBool,
+    }
+
+    impl StuckDisk {
+        fn set(&self, stuck: bool) {
+            *self.stuck.lock().unwrap() = stuck;
+            self.turn.notify_all();
+        }
+
+        /// Waits until an fsync is blocked on this disk.
+        fn wait_blocked(&self) {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !self.blocked.load(std::sync::atomic::Ordering::SeqCst) {
+                assert!(std::time::Instant::now() < deadline, "no fsync came");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    impl Disk for StuckDisk {
+        fn sync_file(&self, file: &File) -> std::io::Result<()> {
+            file.sync_all()?;
+            let mut stuck = self.stuck.lock().unwrap();
+            while *stuck {
+                self.blocked
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                stuck = self.turn.wait(stuck).unwrap();
+            }
+            self.blocked
+                .store(false, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_removal_does_not_wait_for_an_fsync_and_the_write_never_lands_after_it() {
+        let d = dir("stuck");
+        let disk = Arc::new(StuckDisk::default());
+        let (gate, mapping, mut rx) = gate(&d, Some(disk.clone()));
+        assert_eq!(settle(&gate, &mut rx), 1);
+        assert_eq!(std::fs::read_to_string(&mapping.dst).unwrap(), "a: 1\n");
+
+        // SRC changes; the next write is stuck in its fsync.
+        std::fs::write(&mapping.src, "a: 2\n").unwrap();
+        disk.set(true);
+        gate.write_all();
+        disk.wait_blocked();
+
+        // The removal happens meanwhile (on another thread, so that a
+        // removal that waited would fail this test instead of hanging it).
+        let (done, removed) = std::sync::mpsc::channel();
+        let remover = std::thread::spawn(move || {
+            let removed = gate.remove_all("test");
+            done.send(removed).unwrap();
+            gate
+        });
+        let removed = removed.recv_timeout(Duration::from_secs(5));
+        assert_eq!(removed, Ok(true), "the removal waited for the stuck fsync");
+        assert!(!mapping.dst.exists());
+        assert!(
+            disk.blocked.load(std::sync::atomic::Ordering::SeqCst),
+            "removed while the fsync was still stuck"
+        );
+        let gate = remover.join().unwrap();
+
+        // The disk comes back: the write that began before the removal is
+        // dropped, never renamed over the removal.
+        disk.set(false);
+        gate.writers.iter().for_each(Writer::wait_idle);
+        assert!(
+            !mapping.dst.exists(),
+            "a stale write landed after the removal"
+        );
+        assert!(
+            !mapping.temporary().exists(),
+            "its temporary file is gone too"
+        );
+        assert_eq!(count(&mut rx), 0, "nothing changed but the removal");
+
+        // Leading again: the current SRC is written.
+        assert_eq!(settle(&gate, &mut rx), 1);
+        assert_eq!(std::fs::read_to_string(&mapping.dst).unwrap(), "a: 2\n");
     }
 }
