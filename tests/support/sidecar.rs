@@ -289,6 +289,20 @@ impl Sidecar {
             .unwrap_or(0)
     }
 
+    /// Anonymous resident memory in KiB (Linux `RssAnon`: heap, stacks),
+    /// without the pages of the mapped binary, which a debug build has
+    /// plenty of and pages in and out as code paths run for the first time
+    /// or the machine is short of memory.
+    pub fn anon_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("RssAnon:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{}: no RssAnon in /proc/<pid>/status", self.name))
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
