@@ -697,3 +697,47 @@ async fn a_write_stuck_on_the_disk_neither_delays_a_removal_nor_lands_after_it()
     assert_eq!(left.len(), 1, "no temporary file left behind: {left:?}");
     assert_posts_follow(pod, &[true, false, true]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_removes_dst_and_exits_while_a_write_is_stuck_on_the_disk() {
+    let stall = test_dir("fg-stuck-sigterm-stall").join("stall");
+    let setup = Setup {
+        stall: Some(&stall),
+        ..Setup::default()
+    };
+    let (_api, mut pods) = start("fg-stuck-sigterm", &["a"], setup).await;
+    let pod = &mut pods[0];
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    let (n, _) = pod.dst(1, true, TIMING.lease).await;
+    pod.reloads.wait_count(1, SECOND * 5).await;
+    std::fs::write(&stall, b"").unwrap();
+    replace(&pod.src, b"- targets: ['elsewhere:9100']\n");
+    wait_log(pod, "test hook: fsync stalled", TIMING.retry * 3 + SECOND).await;
+
+    // The disk stays stuck: the gate removes DST and exits all the same,
+    // once its bounded wait for the writer (2 s) is over.
+    let signalled = Instant::now();
+    pod.gate.signal(libc::SIGTERM);
+    let status = pod.gate.wait_exit(SECOND * 10).await;
+    let exited = signed_ms(Instant::now(), signalled);
+    let still_stuck = stall.exists() && !pod.gate.log().contains("test hook: fsync released");
+    let _ = std::fs::remove_file(&stall);
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "exit 0 on SIGTERM with the disk stuck\n{}",
+        pod.logs()
+    );
+    assert!(
+        still_stuck,
+        "the write was stuck throughout\n{}",
+        pod.logs()
+    );
+    let (_, gone) = pod.dst(n + 1, false, SECOND).await;
+    println!(
+        "MEASURE file-gate SIGTERM with a stuck write: removed after {:.1} ms, exited after {exited:.1} ms",
+        signed_ms(gone.at, signalled)
+    );
+    assert!(!pod.dst.exists());
+    assert_eq!(pod.sampler.presence(), [false, true, false]);
+}

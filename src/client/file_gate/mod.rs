@@ -146,7 +146,9 @@ pub async fn run(options: FileGateOptions) {
 /// collector that answers its reload slowly (Prometheus answers once the
 /// whole configuration is reloaded) must never hold up a removal.
 struct Reloader {
-    queue: Option<mpsc::UnboundedSender<()>>,
+    /// `true`: something changed; `false`: finish (writer threads hold
+    /// senders too, so the channel closing cannot be the signal).
+    queue: Option<mpsc::UnboundedSender<bool>>,
     worker: Option<JoinHandle<()>>,
 }
 
@@ -158,9 +160,9 @@ impl Reloader {
                 worker: None,
             };
         };
-        let (queue, mut changes) = mpsc::unbounded_channel::<()>();
+        let (queue, mut changes) = mpsc::unbounded_channel::<bool>();
         let worker = tokio::spawn(async move {
-            while changes.recv().await.is_some() {
+            while let Some(true) = changes.recv().await {
                 reload(&url).await;
             }
         });
@@ -182,7 +184,9 @@ impl Reloader {
 
     /// Sends what is queued, for a bounded time.
     async fn finish(mut self) {
-        self.queue = None;
+        if let Some(queue) = self.queue.take() {
+            let _ = queue.send(false);
+        }
         if let Some(worker) = self.worker.take()
             && tokio::time::timeout(2 * RELOAD_TIMEOUT, worker)
                 .await
@@ -246,12 +250,17 @@ impl Gate {
     }
 
     /// Lets the writers finish (a write they drop, a directory fsync),
-    /// for a bounded time.
+    /// for a bounded time. Joined from a thread of its own, not the
+    /// runtime's blocking pool: the runtime waits for that pool when it is
+    /// dropped, and a disk that stays stuck must not keep the process up.
     async fn finish(self) {
         let writers = self.writers;
-        let joined =
-            tokio::task::spawn_blocking(move || writers.into_iter().for_each(Writer::finish));
-        if tokio::time::timeout(WRITER_FINISH_TIMEOUT, joined)
+        let (done, finished) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            writers.into_iter().for_each(Writer::finish);
+            let _ = done.send(());
+        });
+        if tokio::time::timeout(WRITER_FINISH_TIMEOUT, finished)
             .await
             .is_err()
         {
@@ -307,16 +316,19 @@ mod tests {
         }
     }
 
-    fn changes() -> (Changed, mpsc::UnboundedReceiver<()>) {
+    fn changes() -> (Changed, mpsc::UnboundedReceiver<bool>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (Changed(Some(tx)), rx)
     }
 
-    fn count(rx: &mut mpsc::UnboundedReceiver<()>) -> usize {
+    fn count(rx: &mut mpsc::UnboundedReceiver<bool>) -> usize {
         std::iter::from_fn(|| rx.try_recv().ok()).count()
     }
 
-    fn gate(d: &Path, disk: Option<Arc<dyn Disk>>) -> (Gate, Mapping, mpsc::UnboundedReceiver<()>) {
+    fn gate(
+        d: &Path,
+        disk: Option<Arc<dyn Disk>>,
+    ) -> (Gate, Mapping, mpsc::UnboundedReceiver<bool>) {
         let src = d.join("src.yml");
         std::fs::write(&src, "a: 1\n").unwrap();
         let mapping =
@@ -336,7 +348,7 @@ mod tests {
     }
 
     /// Writes, then waits until the writer is done; how many changes it made.
-    fn settle(gate: &Gate, rx: &mut mpsc::UnboundedReceiver<()>) -> usize {
+    fn settle(gate: &Gate, rx: &mut mpsc::UnboundedReceiver<bool>) -> usize {
         gate.write_all();
         gate.writers.iter().for_each(Writer::wait_idle);
         count(rx)

@@ -29,12 +29,12 @@ use super::{Mapping, log, parent, sync_dir};
 /// Says "something changed" to the reloader; the writer says it while it
 /// still holds the fence, so the POSTs come in the order of the changes.
 #[derive(Clone, Default)]
-pub(super) struct Changed(pub(super) Option<mpsc::UnboundedSender<()>>);
+pub(super) struct Changed(pub(super) Option<mpsc::UnboundedSender<bool>>);
 
 impl Changed {
     pub(super) fn changed(&self) {
         if let Some(queue) = &self.0 {
-            let _ = queue.send(());
+            let _ = queue.send(true);
         }
     }
 }
