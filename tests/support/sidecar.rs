@@ -296,9 +296,10 @@ impl Sidecar {
             .unwrap_or(0)
     }
 
-    /// Anonymous resident memory in KiB (Linux `RssAnon`): the heap and
-    /// stacks, without the binary's own code pages, which new code paths
-    /// fault in (a first 431, say) whatever the load.
+    /// Anonymous resident memory in KiB (Linux `RssAnon`: heap, stacks),
+    /// without the pages of the mapped binary, which a debug build has
+    /// plenty of and pages in and out as code paths run for the first time
+    /// or the machine is short of memory.
     pub fn anon_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.id()))
             .unwrap_or_default();
@@ -306,7 +307,7 @@ impl Sidecar {
             .lines()
             .find_map(|l| l.strip_prefix("RssAnon:"))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
+            .unwrap_or_else(|| panic!("{}: no RssAnon in /proc/<pid>/status", self.name))
     }
 
     pub fn log(&self) -> String {
