@@ -161,7 +161,8 @@ async fn demo() -> ExitCode {
     for pod in &mut pods {
         pod.stop(libc::SIGTERM);
     }
-    // Each hands over and exits within its shutdown timeout (5 s).
+    // Each hands over and exits within its shutdown timeout (the gate lag,
+    // 80% of the 1 s margin, plus 5 s).
     for pod in &mut pods {
         let _ = pod.child.wait();
     }

@@ -10,7 +10,13 @@
 # 3. runs scripts/check_manifests.py on the rendered whole: what the schemas
 #    cannot check (security context everywhere, timing rules, RBAC for each
 #    Lease, the Metricbeat modules glob, rollout and drain settings) and
-#    every leader-gate command line against the real binary.
+#    every leader-gate command line against the real binary;
+# 4. renders manifests/ again with the lease-protection component on (a
+#    copy whose kustomization lists it), validates that against the schemas
+#    of the newest version and of 1.30 (its ValidatingAdmissionPolicy's
+#    oldest), runs check_manifests.py on it (the shipped Leases, Roles
+#    without `create`) and scripts/check_lease_policy.py, which evaluates
+#    the policy's CEL offline with cel-python (PyPI, installed if missing).
 #
 # kubernetes-validate ships the schemas inside the package and fetches
 # nothing; it is installed here if missing. kubectl comes with this
@@ -21,6 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KUBERNETES_VALIDATE=1.37.0
+CEL_PYTHON=0.5.0
 # Newest schema set in kubernetes-validate 1.37.0, and the oldest supported.
 KUBERNETES_VERSIONS=(1.37.0 1.29.0)
 
@@ -28,6 +35,11 @@ installed=$(python3 -c 'import kubernetes_validate.version as v; print(v.__versi
 if [ "$installed" != "$KUBERNETES_VALIDATE" ]; then
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
         "kubernetes-validate==$KUBERNETES_VALIDATE"
+fi
+installed=$(python3 -c 'import importlib.metadata as m; print(m.version("cel-python"))' 2>/dev/null || true)
+if [ "$installed" != "$CEL_PYTHON" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+        "cel-python==$CEL_PYTHON"
 fi
 if ! command -v kubectl >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
@@ -64,6 +76,35 @@ if python3 scripts/check_manifests.py "$work/rendered.yaml" manifests \
     "${CARGO_TARGET_DIR:-target}/debug/leader-gate"; then
     passed=$((passed + 1))
 else
+    failed=$((failed + 1))
+fi
+
+# The lease-protection component (README "Deleting the Lease"), on.
+cp -r manifests "$work/protected"
+printf 'components:\n  - lease-protection\n' >>"$work/protected/kustomization.yaml"
+if kubectl kustomize "$work/protected" >"$work/protected.yaml"; then
+    echo "rendered manifests/ with lease-protection: $(grep -c '^kind:' "$work/protected.yaml") objects"
+    passed=$((passed + 1))
+    if out=$(kubernetes-validate --strict --quiet -k "${KUBERNETES_VERSIONS[0]}" -k 1.30.0 \
+        "$work/protected.yaml" 2>&1) && [ -z "$out" ]; then
+        echo "ok   lease-protection rendered (Kubernetes ${KUBERNETES_VERSIONS[0]} 1.30.0, strict)"
+        passed=$((passed + 1))
+    else
+        echo "FAIL lease-protection rendered"
+        echo "$out" | sed 's/^/     /'
+        failed=$((failed + 1))
+    fi
+    for check in "scripts/check_manifests.py $work/protected.yaml $work/protected ${CARGO_TARGET_DIR:-target}/debug/leader-gate" \
+        "scripts/check_lease_policy.py $work/protected.yaml"; do
+        # shellcheck disable=SC2086
+        if python3 $check; then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+        fi
+    done
+else
+    echo "FAIL kubectl kustomize with lease-protection"
     failed=$((failed + 1))
 fi
 

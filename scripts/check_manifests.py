@@ -266,8 +266,9 @@ def check_leader_gate(docs, doc, template):
         lease = seconds(opts.get("lease-duration", "15s"))
         renew = seconds(opts.get("renew-deadline", "10s"))
         retry = seconds(opts.get("retry-period", "2s"))
-        shutdown = seconds(opts.get("shutdown-timeout", "5s"))
-        lag = seconds(opts.get("gate-lag", "0s"))
+        # The binary's defaults: 80% of the margin, and the gate lag + 5 s.
+        lag = seconds(opts.get("gate-lag", str(0.8 * (lease - renew))))
+        shutdown = seconds(opts.get("shutdown-timeout", str(lag + 5)))
     except ValueError as e:
         bad(cw, str(e))
         return gates
@@ -279,7 +280,7 @@ def check_leader_gate(docs, doc, template):
     grace = 0.0
     for c, a in gates:
         if a and a[0] == "exec":
-            g = seconds(flags(a[1:]).get("grace", "10s"))
+            g = seconds(flags(a[1:]).get("grace", "3s"))
             grace = max(grace, g)
             if g > margin:
                 bad(f"{where} container {c['name']}", f"--grace {g}s exceeds the margin {margin}s")
@@ -309,9 +310,20 @@ def check_leader_gate(docs, doc, template):
     lease_name = opts.get("lease-name")
     sa = spec.get("serviceAccountName", "default")
     granted = role_grants(docs, namespace, sa, lease_name)
-    missing = {"get", "update", "list", "watch", "create"} - granted
+    # With manifests/lease-protection the Lease is shipped and the Role must
+    # not create it (a deleted Lease stays deleted until applied again).
+    shipped = any(
+        d["kind"] == "Lease"
+        and d["metadata"]["name"] == lease_name
+        and d["metadata"].get("namespace", "default") == namespace
+        for d in docs
+    )
+    needed = {"get", "update", "list", "watch"} | (set() if shipped else {"create"})
+    missing = needed - granted
     if missing:
         bad(where, f"service account {sa} lacks {sorted(missing)} on Lease {lease_name}")
+    if shipped and "create" in granted:
+        bad(where, f"Lease {lease_name} is shipped but service account {sa} may still create Leases: a deleted Lease would be re-created at once")
     if not any(d["kind"] == "ServiceAccount" and d["metadata"]["name"] == sa for d in docs):
         bad(where, f"service account {sa} is not defined")
     # The admin port behind a NetworkPolicy.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::format_micro_time;
+use crate::clock::{BootInstant, boot_clock_id, format_micro_time};
 use crate::events::EventLog;
 use crate::metrics::Metrics;
 use crate::state::{Heartbeat, LeaderBody, LeaderState, LeaseRef, since_text};
@@ -83,8 +83,30 @@ pub fn write_leader_body(
     out.extend_from_slice(b",\"valid_for_ms\":");
     let valid_for_ms = valid_for.as_millis() as u64;
     out.extend_from_slice(itoa::Buffer::new().format(valid_for_ms).as_bytes());
+    if extras.is_some() {
+        // A `state` event: also the deadline itself, on the boot clock.
+        write_valid_until(out, state.valid_until.filter(|_| leading));
+    }
     out.push(b'}');
     leading
+}
+
+/// `,"valid_until":…`: the step-down deadline on this node's boot clock,
+/// `{"boot_id":…,"boottime_ms":…}` (rounded down), for a subscriber on the
+/// same boot clock to judge as is (no transit time, no wall clock); `null`
+/// when not leading or when the boot clock has no id here.
+pub fn write_valid_until(out: &mut Vec<u8>, until: Option<BootInstant>) {
+    out.extend_from_slice(b",\"valid_until\":");
+    match (until, boot_clock_id()) {
+        (Some(until), Some(boot_id)) => {
+            out.extend_from_slice(b"{\"boot_id\":");
+            json_str(out, Some(boot_id));
+            out.extend_from_slice(b",\"boottime_ms\":");
+            out.extend_from_slice(itoa::Buffer::new().format(until.as_millis()).as_bytes());
+            out.push(b'}');
+        }
+        _ => out.extend_from_slice(b"null"),
+    }
 }
 
 /// `since` as a JSON string: formatted once per value (it changes only at a
@@ -227,6 +249,15 @@ mod tests {
                 write_leader_body(&app, state, Some((true, 1_795_979_297_250_658)), &mut out);
                 let written: serde_json::Value = serde_json::from_slice(&out).unwrap();
                 with_extras["valid_for_ms"] = written["valid_for_ms"].clone();
+                // A state event also carries the deadline on the boot clock.
+                with_extras["valid_until"] = if leading {
+                    serde_json::json!({
+                        "boot_id": crate::clock::boot_clock_id().unwrap(),
+                        "boottime_ms": state.valid_until.unwrap().as_millis(),
+                    })
+                } else {
+                    serde_json::Value::Null
+                };
                 assert_eq!(String::from_utf8(out).unwrap(), with_extras.to_string());
             }
         }

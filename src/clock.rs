@@ -71,6 +71,43 @@ fn boot_clock() -> Duration {
     START.get_or_init(std::time::Instant::now).elapsed()
 }
 
+/// Which boot clock [`BootInstant`] readings belong to, so another process
+/// can tell whether a deadline on it is comparable with its own clock: the
+/// kernel's boot id (`/proc/sys/kernel/random/boot_id`, the same for every
+/// container on the node), read once, with the boot-clock offset of this
+/// process's time namespace appended when it is not zero (two processes in
+/// different time namespaces read different `CLOCK_BOOTTIME`s). `None` when
+/// the boot id cannot be read (not Linux): then no deadline is shared.
+pub fn boot_clock_id() -> Option<&'static str> {
+    static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let boot_id = boot_id.trim();
+        if boot_id.is_empty() {
+            return None;
+        }
+        let offset = std::fs::read_to_string("/proc/self/timens_offsets")
+            .ok()
+            .and_then(|text| boottime_offset(&text));
+        Some(match offset {
+            Some(offset) => format!("{boot_id}+{offset}"),
+            None => boot_id.to_owned(),
+        })
+    })
+    .as_deref()
+}
+
+/// The `boottime` line of `/proc/self/timens_offsets` (`boottime <s> <ns>`),
+/// if it is not zero.
+fn boottime_offset(text: &str) -> Option<String> {
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("boottime"))?;
+    let mut fields = line.split_whitespace().skip(1);
+    let (secs, nanos) = (fields.next()?, fields.next()?);
+    (secs != "0" || nanos != "0").then(|| format!("{secs}.{nanos}"))
+}
+
 /// Microseconds since the Unix epoch, as a Kubernetes `MicroTime` holds them.
 pub fn wall_micros() -> i64 {
     SystemTime::now()
@@ -105,6 +142,19 @@ mod tests {
         assert_eq!(
             format_micro_time(parse_micro_time("2026-11-29T17:26:29Z").unwrap()),
             "2026-11-29T17:26:29.000000Z"
+        );
+    }
+
+    #[test]
+    fn the_boot_clock_id_is_the_kernels_boot_id_read_once() {
+        let id = boot_clock_id().expect("Linux has a boot id");
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+        assert!(id.starts_with(kernel.trim()), "{id}");
+        assert_eq!(boot_clock_id().map(str::as_ptr), Some(id.as_ptr()));
+        assert_eq!(boottime_offset("monotonic 0 0\nboottime 0 0\n"), None);
+        assert_eq!(
+            boottime_offset("monotonic 0 0\nboottime -5 100\n").as_deref(),
+            Some("-5.100")
         );
     }
 

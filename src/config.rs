@@ -77,8 +77,9 @@ pub struct ExecArgs {
     pub client: ClientArgs,
 
     /// Time between SIGTERM and SIGKILL when the command must stop; keep it
-    /// within the margin (--lease-duration - --renew-deadline of the sidecar).
-    #[arg(long, env = "LEADER_GATE_GRACE", default_value = "10s", value_parser = parse_duration)]
+    /// within the margin (--lease-duration - --renew-deadline of the sidecar,
+    /// 5s with its defaults): 5s or more is warned about, over 5m refused.
+    #[arg(long, env = "LEADER_GATE_GRACE", default_value = "3s", value_parser = parse_duration)]
     pub grace: Duration,
 
     /// The command and its arguments, after `--`.
@@ -153,14 +154,17 @@ pub struct ServeArgs {
     #[arg(long, env = "LEADER_GATE_RELEASE_ON_SHUTDOWN", default_value_t = true, action = ArgAction::Set)]
     pub release_on_shutdown: bool,
 
-    /// Upper bound on the whole shutdown sequence (step down, gate lag, release, stop serving).
-    #[arg(long, env = "LEADER_GATE_SHUTDOWN_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
-    pub shutdown_timeout: Duration,
+    /// Upper bound on the whole shutdown sequence (step down, gate lag, release, stop serving)
+    /// [default: --gate-lag + 5s, 9s with the default timings].
+    #[arg(long, env = "LEADER_GATE_SHUTDOWN_TIMEOUT", value_parser = parse_duration)]
+    pub shutdown_timeout: Option<Duration>,
 
     /// How long the collector may go on after "not leading" is published
     /// (its poll or reload period); a graceful release waits this long first.
-    #[arg(long, env = "LEADER_GATE_GATE_LAG", default_value = "0s", value_parser = parse_duration)]
-    pub gate_lag: Duration,
+    /// Must be below the margin (--lease-duration - --renew-deadline)
+    /// [default: 80% of the margin, 4s with the default timings].
+    #[arg(long, env = "LEADER_GATE_GATE_LAG", value_parser = parse_duration)]
+    pub gate_lag: Option<Duration>,
 
     /// Most /events streams open at once; more are answered 503.
     #[arg(long, env = "LEADER_GATE_MAX_SUBSCRIBERS", default_value_t = 128)]
@@ -218,6 +222,29 @@ pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(100);
 pub const MAX_CLAIM_WINDOW: Duration = Duration::from_secs(3600);
 /// The most `/events` streams: each costs a few KiB and a socket.
 pub const MAX_SUBSCRIBERS: usize = 100_000;
+
+/// The margin `--lease-duration - --renew-deadline` with their defaults
+/// (15 s - 10 s): what `exec`, which cannot know the sidecar's flags,
+/// measures `--grace` against.
+pub const DEFAULT_MARGIN: Duration = Duration::from_secs(5);
+/// `exec --grace` by default: inside [`DEFAULT_MARGIN`] with room for the
+/// poll or event that tells `exec` leadership ended.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
+/// The longest `exec --grace`: a collector that needs longer to stop cannot
+/// be gated by a lease at all (the margin would have to exceed it, and a
+/// crashed leader would be replaced only after that long).
+pub const MAX_GRACE: Duration = Duration::from_secs(300);
+/// `--shutdown-timeout` by default is the gate lag plus this: the release
+/// write (whose request timeout is half the renew deadline, 5 s by default)
+/// and closing the listeners.
+pub const SHUTDOWN_SLACK: Duration = Duration::from_secs(5);
+
+/// `--gate-lag` when not given: 80% of the margin, so a graceful hand-over
+/// waits about as long as a crash gives the gates (the margin), less a fifth
+/// for scheduling and throttling; 4 s with the default timings.
+pub fn default_gate_lag(lease_duration: Duration, renew_deadline: Duration) -> Duration {
+    lease_duration.saturating_sub(renew_deadline) * 4 / 5
+}
 
 /// A configuration value that breaks a rule.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -361,10 +388,18 @@ impl ServeArgs {
                 ),
             ));
         }
-        if shutdown_timeout.is_zero() {
+        if shutdown_timeout.is_some_and(|t| t.is_zero()) {
             return Err(invalid("--shutdown-timeout", "must be more than 0"));
         }
         let margin = lease_duration - renew_deadline;
+        // Derived from the timing rule when not given: inside the margin.
+        let (gate_lag, lag_origin) = match gate_lag {
+            Some(lag) => (lag, ""),
+            None => (
+                default_gate_lag(lease_duration, renew_deadline),
+                ", the default: 80% of the margin",
+            ),
+        };
         if gate_lag >= margin {
             return Err(invalid(
                 "--gate-lag",
@@ -373,11 +408,12 @@ impl ServeArgs {
                 ),
             ));
         }
+        let shutdown_timeout = shutdown_timeout.unwrap_or(gate_lag + SHUTDOWN_SLACK);
         if gate_lag >= shutdown_timeout {
             return Err(invalid(
                 "--shutdown-timeout",
                 format!(
-                    "must be more than --gate-lag ({shutdown_timeout:?} <= {gate_lag:?}), or the release never happens"
+                    "must be more than --gate-lag ({shutdown_timeout:?} <= {gate_lag:?}{lag_origin}), or the release never happens"
                 ),
             ));
         }
@@ -434,6 +470,26 @@ impl ServeArgs {
             successor_claim_window,
         })
     }
+}
+
+/// Checks `exec --grace` against the timing rule as far as a client can: it
+/// does not know the sidecar's margin, so it measures against the default
+/// one. `Ok(Some(warning))` above [`DEFAULT_MARGIN`] (fine only where the
+/// sidecar's margin was widened to cover it); an error above [`MAX_GRACE`].
+pub fn check_grace(grace: Duration) -> Result<Option<String>, ConfigError> {
+    if grace > MAX_GRACE {
+        return Err(invalid(
+            "--grace",
+            format!(
+                "must be at most {MAX_GRACE:?} (got {grace:?}): the collector may run this long after leadership ended, and no margin (--lease-duration - --renew-deadline of the sidecar) should be that wide"
+            ),
+        ));
+    }
+    Ok((grace >= DEFAULT_MARGIN).then(|| {
+        format!(
+            "warning: --grace {grace:?} is not below the default margin {DEFAULT_MARGIN:?} (--lease-duration 15s - --renew-deadline 10s): unless the sidecar's margin is wider than {grace:?}, a peer's collector may start while this one is still stopping"
+        )
+    }))
 }
 
 /// The namespace: the flag or `POD_NAMESPACE` if given, else what kube-rs
@@ -553,6 +609,110 @@ mod tests {
             "no health check by default"
         );
         assert!(!config.record_events, "no Kubernetes Events by default");
+    }
+
+    fn exec_grace(extra: &[&str]) -> Duration {
+        let mut argv = vec!["leader-gate", "exec"];
+        argv.extend_from_slice(extra);
+        argv.extend_from_slice(&["--", "true"]);
+        let Command::Exec(args) = Cli::try_parse_from(argv).unwrap().command else {
+            unreachable!()
+        };
+        args.grace
+    }
+
+    /// The timing rule (README "Timing"): whatever runs after "not leading"
+    /// must end within the margin, and a graceful hand-over must wait for it
+    /// inside the shutdown timeout. Checked on the defaults as parsed.
+    #[test]
+    fn every_default_satisfies_the_timing_rule() {
+        let config = args(&[]).unwrap();
+        let margin = config.lease_duration - config.renew_deadline;
+        assert_eq!(margin, DEFAULT_MARGIN, "exec measures --grace against this");
+        let lag = config.shutdown.gate_lag;
+        assert!(!lag.is_zero(), "a graceful release waits for the gates");
+        assert!(
+            lag < margin,
+            "gate lag {lag:?} within the margin {margin:?}"
+        );
+        assert_eq!(lag, Duration::from_secs(4), "80% of the default margin");
+        let timeout = config.shutdown.timeout;
+        assert!(timeout > lag, "the release happens: {timeout:?} > {lag:?}");
+        assert_eq!(timeout, lag + SHUTDOWN_SLACK);
+        // The release write gets its usual request timeout (half the renew
+        // deadline) after the lag.
+        assert!(timeout - lag >= config.renew_deadline / 2);
+
+        let grace = exec_grace(&[]);
+        assert_eq!(grace, DEFAULT_GRACE);
+        assert!(grace < margin, "exec --grace {grace:?} within {margin:?}");
+        assert_eq!(check_grace(grace), Ok(None), "no warning by default");
+    }
+
+    #[test]
+    fn the_gate_lag_follows_the_timings_it_is_not_given_with() {
+        for (lease, renew, lag) in [
+            ("30s", "15s", Duration::from_secs(12)),
+            ("4s", "3s", Duration::from_millis(800)),
+            ("6s", "4s", Duration::from_millis(1600)),
+            ("2s", "1500ms", Duration::from_millis(400)),
+        ] {
+            let config = args(&[
+                "--lease-duration",
+                lease,
+                "--renew-deadline",
+                renew,
+                "--retry-period",
+                "1s",
+            ])
+            .unwrap();
+            let margin = config.lease_duration - config.renew_deadline;
+            assert_eq!(config.shutdown.gate_lag, lag, "{lease}/{renew}");
+            assert!(config.shutdown.gate_lag < margin);
+            assert_eq!(config.shutdown.timeout, lag + SHUTDOWN_SLACK);
+        }
+        // Given ones win, also 0s (an operator who measures raw hand-overs).
+        let config = args(&["--gate-lag", "0s"]).unwrap();
+        assert_eq!(config.shutdown.gate_lag, Duration::ZERO);
+        assert_eq!(config.shutdown.timeout, SHUTDOWN_SLACK);
+        let config = args(&["--gate-lag", "2s", "--shutdown-timeout", "3s"]).unwrap();
+        assert_eq!(config.shutdown.gate_lag, Duration::from_secs(2));
+        assert_eq!(config.shutdown.timeout, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn a_shutdown_timeout_below_the_derived_gate_lag_is_refused_naming_both() {
+        let error = args(&["--shutdown-timeout", "3s"]).unwrap_err();
+        assert!(
+            error.starts_with("invalid --shutdown-timeout: must be more than --gate-lag (3s <= 4s, the default: 80% of the margin)"),
+            "{error}"
+        );
+        let error = args(&["--shutdown-timeout", "4s"]).unwrap_err();
+        assert!(error.contains("--gate-lag"), "{error}");
+        assert!(args(&["--shutdown-timeout", "4100ms"]).is_ok());
+    }
+
+    #[test]
+    fn exec_grace_is_warned_about_above_the_default_margin_and_refused_when_absurd() {
+        assert_eq!(check_grace(Duration::ZERO), Ok(None));
+        assert_eq!(check_grace(Duration::from_millis(4999)), Ok(None));
+        let warning = check_grace(Duration::from_secs(5)).unwrap().unwrap();
+        assert!(warning.contains("--grace 5s"), "{warning}");
+        assert!(warning.contains("default margin 5s"), "{warning}");
+        assert!(
+            check_grace(exec_grace(&["--grace", "10s"]))
+                .unwrap()
+                .is_some()
+        );
+        assert!(check_grace(MAX_GRACE).is_ok());
+        let error = check_grace(MAX_GRACE + Duration::from_millis(1)).unwrap_err();
+        assert_eq!(error.flag, "--grace");
+        assert!(
+            error
+                .to_string()
+                .starts_with("invalid --grace: must be at most 300s"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -10,10 +10,14 @@
 //!
 //! Validity, so a subscriber fails closed when this process dies: `state`,
 //! `started-leading` and `renewed` carry `valid_for_ms`, judged when the event
-//! is written to the stream. While leading, a `renewed` event (no `id:`, not
-//! in the history) follows every successful renew, and one follows a resumed
-//! replay. A subscriber's leadership is valid until *receive time +
-//! valid_for_ms* of the latest of these, and ends at once on `stopped-leading`.
+//! is written to the stream, and `valid_until`, the deadline itself on this
+//! node's boot clock (`{boot_id, boottime_ms}`, `null` when not leading).
+//! While leading, a `renewed` event (no `id:`, not in the history) follows
+//! every successful renew, and one follows every resumed replay, also when
+//! the replay holds the current term's `started-leading`. A subscriber's
+//! leadership is valid until `valid_until` of the latest of these when it
+//! shares the boot clock, else *receive time + valid_for_ms*, and ends at once
+//! on `stopped-leading`.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -33,7 +37,7 @@ use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, Sleep};
 
-use crate::app::{AppState, json_str, write_leader_body};
+use crate::app::{AppState, json_str, write_leader_body, write_valid_until};
 use crate::clock::{BootInstant, wall_micros};
 use crate::events::{Event, EventKind, Next, Start, Subscription, event_json};
 use crate::metrics::Metrics;
@@ -71,8 +75,10 @@ pub async fn events(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Res
             for event in &missed {
                 stream.push_event(event);
             }
-            // The subscriber may have lost its validity while away.
-            stream.push_renewed();
+            // The subscriber may have lost its validity while away: a fresh
+            // one, even when the replay just told it (a replayed start is
+            // an old message, which an older client ages by its publication).
+            stream.push_renewed(true);
         }
         Start::Fresh { missed } => stream.push_state(missed),
     }
@@ -127,7 +133,7 @@ impl EventStream {
                     next = this.subscription.next() => this.push(next),
                     // Transitions come first (biased): a renew is told only
                     // for a term the subscriber already knows to be current.
-                    Ok(()) = this.state.changed() => this.push_renewed(),
+                    Ok(()) = this.state.changed() => this.push_renewed(false),
                     () = this.app.shutdown.cancelled() => {
                         // Deliver what was published before the end, then end.
                         while let Some(next) = this.subscription.try_next() {
@@ -191,11 +197,9 @@ impl EventStream {
                 let open = &frame[..frame.len() - b"}\n\n".len()];
                 let mut out = Vec::with_capacity(frame.len() + 24);
                 out.extend_from_slice(open);
-                let _ = write!(
-                    out,
-                    ",\"valid_for_ms\":{}}}\n\n",
-                    valid_for.as_millis() as u64
-                );
+                let _ = write!(out, ",\"valid_for_ms\":{}", valid_for.as_millis() as u64);
+                write_valid_until(&mut out, valid_until.filter(|_| !valid_for.is_zero()));
+                out.extend_from_slice(b"}\n\n");
                 self.queue.push_back(out.into());
             }
             EventKind::StoppedLeading => {
@@ -207,8 +211,9 @@ impl EventStream {
     }
 
     /// A `renewed` event if the current term was renewed since the
-    /// subscriber was last told its validity (or it may have lost track).
-    fn push_renewed(&mut self) {
+    /// subscriber was last told its validity (or it may have lost track), or
+    /// with `fresh`, whenever it leads in a term the subscriber knows.
+    fn push_renewed(&mut self, fresh: bool) {
         let (term, valid_until, valid_for) = {
             let state = self.state.borrow_and_update();
             let valid_for = state.valid_for();
@@ -220,7 +225,9 @@ impl EventStream {
         };
         match &self.told {
             // Told this very validity already.
-            Some((told_term, told_until)) if *told_term == term && *told_until == valid_until => {
+            Some((told_term, told_until))
+                if !fresh && *told_term == term && *told_until == valid_until =>
+            {
                 return;
             }
             Some((told_term, _)) if *told_term == term => {}
@@ -238,9 +245,11 @@ impl EventStream {
         json_str(&mut out, Some(&term));
         let _ = write!(
             out,
-            ",\"type\":\"renewed\",\"valid_for_ms\":{}}}\n\n",
+            ",\"type\":\"renewed\",\"valid_for_ms\":{}",
             valid_for.as_millis() as u64
         );
+        write_valid_until(&mut out, valid_until);
+        out.extend_from_slice(b"}\n\n");
         self.told = Some((term, valid_until));
         self.queue.push_back(out.into());
     }

@@ -114,6 +114,14 @@ impl KubeLeaseStore {
                 verb, %error,
                 "BUG: the API server rejected leader-gate's request; please report this"
             ),
+            // The Lease is absent and the Role has no `create`: as intended
+            // with manifests/lease-protection, whose shipped Lease is missing.
+            ApiError::Forbidden(forbidden) if verb == "create" && forbidden.verb.is_some() => {
+                tracing::warn!(
+                    verb, namespace = %self.namespace, lease = %self.name, %error,
+                    "{}", create_forbidden_hint(&self.namespace, &self.name)
+                )
+            }
             ApiError::Forbidden(_) | ApiError::Unauthorized => tracing::warn!(
                 verb, namespace = %self.namespace, lease = %self.name, %error,
                 "cannot {verb} the lease; retrying with backoff and never leading meanwhile"
@@ -124,6 +132,16 @@ impl KubeLeaseStore {
             ),
         }
     }
+}
+
+/// What to do when the Lease is absent and may not be created: apply it
+/// (manifests/lease-protection ships it), or grant `create`.
+pub fn create_forbidden_hint(namespace: &str, name: &str) -> String {
+    format!(
+        "the lease {namespace}/{name} does not exist and this service account may not create it: \
+         apply the shipped Lease (manifests/lease-protection/leases.yaml, named as --lease-name) \
+         before the pods, or grant `create` on leases; retrying with backoff and never leading meanwhile"
+    )
 }
 
 impl LeaseStore for KubeLeaseStore {

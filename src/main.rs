@@ -71,6 +71,14 @@ async fn run_client(command: Command) -> ExitCode {
             grace,
             command,
         }) => {
+            match leader_gate::config::check_grace(grace) {
+                Ok(None) => {}
+                Ok(Some(warning)) => eprintln!("leader-gate exec: {warning}"),
+                Err(error) => {
+                    eprintln!("leader-gate: {error}");
+                    return ExitCode::from(exit::USAGE);
+                }
+            }
             let options = exec::ExecOptions {
                 url: client.url,
                 grace,

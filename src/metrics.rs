@@ -47,6 +47,7 @@ pub struct Metrics {
     last_renew_age: Gauge<f64, AtomicU64>,
     leader_observed: Gauge,
     subscribers: Gauge,
+    identity_conflicts: Counter,
     /// Registered only when a collector health check is configured.
     collector_healthy: Option<Gauge>,
     /// Renews answered 409 (a successor claim or an edit landed first).
@@ -110,6 +111,12 @@ impl Metrics {
             "Renews answered 409 because another write (a successor claim, a hand-over request, an edit) landed first; each is retried at once from the new object",
             renew_conflicts.clone(),
         );
+        let identity_conflicts = Counter::default();
+        registry.register(
+            "identity_conflicts",
+            "Other processes seen writing the lease under this instance's identity (each counted once); give each candidate a unique --identity",
+            identity_conflicts.clone(),
+        );
         let lease = format!("{namespace}/{name}");
         leading
             .get_or_create(&LeaseLabels {
@@ -128,6 +135,7 @@ impl Metrics {
             last_renew_age,
             leader_observed,
             subscribers,
+            identity_conflicts,
             collector_healthy: None,
             renew_conflicts,
         }
@@ -186,6 +194,11 @@ impl Metrics {
             },
         };
         self.transitions.get_or_create(&labels).inc();
+    }
+
+    /// `new` more processes were seen writing under this identity.
+    pub fn identity_conflicts(&self, new: u64) {
+        self.identity_conflicts.inc_by(new);
     }
 
     /// The published state.

@@ -86,7 +86,8 @@ pub async fn run(config: ServeConfig) -> ExitCode {
         identity = %settings.identity, namespace = %namespace, lease = %settings.lease_name,
         lease_duration = ?settings.lease_duration, renew_deadline = ?settings.renew_deadline,
         retry_period = ?settings.retry_period, listen = %config.listen,
-        admin_listen = %config.admin_listen, "leader-gate starting"
+        admin_listen = %config.admin_listen, gate_lag = ?config.shutdown.gate_lag,
+        shutdown_timeout = ?config.shutdown.timeout, "leader-gate starting"
     );
     let events = EventLog::new(&config.identity, EVENT_HISTORY, EVENT_BUFFER);
     let mut metrics = Metrics::new(&namespace, &config.lease_name);

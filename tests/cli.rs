@@ -318,3 +318,93 @@ fn run_bounded(args: &[&str]) -> (Option<i32>, String) {
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }
+
+/// Issue 14 item 3: the defaults follow the timing rule (gate lag and exec
+/// grace within the margin), and combinations that break it are refused,
+/// exit 64, naming the flags.
+#[test]
+fn timing_combinations_that_break_the_rule_exit_64_naming_the_flags() {
+    let cases: &[(&[&str], &[&str])] = &[
+        // The derived gate lag (80% of the 5 s margin: 4 s) needs a longer
+        // shutdown timeout, or the release never happens.
+        (
+            &["serve", "--lease-name", "demo", "--shutdown-timeout", "3s"],
+            &[
+                "invalid --shutdown-timeout: must be more than --gate-lag (3s <= 4s, the default: 80% of the margin)",
+            ],
+        ),
+        (
+            &[
+                "serve",
+                "--lease-name",
+                "demo",
+                "--gate-lag",
+                "2s",
+                "--shutdown-timeout",
+                "1s",
+            ],
+            &["invalid --shutdown-timeout", "--gate-lag"],
+        ),
+        (
+            &[
+                "serve",
+                "--lease-name",
+                "demo",
+                "--lease-duration",
+                "30s",
+                "--renew-deadline",
+                "15s",
+                "--gate-lag",
+                "15s",
+            ],
+            &[
+                "invalid --gate-lag: must be less than the margin --lease-duration - --renew-deadline (15s >= 15s)",
+            ],
+        ),
+        (
+            &["exec", "--grace", "10m", "--", "true"],
+            &["invalid --grace: must be at most 300s (got 600s)"],
+        ),
+        (
+            &["exec", "--grace", "1h", "--", "true"],
+            &["invalid --grace"],
+        ),
+    ];
+    for (args, expected) in cases {
+        let (code, stderr) = run_bounded(args);
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line:\n{stderr}");
+        assert!(stderr.starts_with("leader-gate: "), "{stderr}");
+        for part in *expected {
+            assert!(stderr.contains(part), "{args:?}: {stderr:?} lacks {part:?}");
+        }
+    }
+}
+
+#[test]
+fn exec_warns_of_a_grace_beyond_the_default_margin_and_not_of_its_default() {
+    let missing = "/nonexistent-dir/collector";
+    // A command that cannot be found exits 127 at once: what `exec` said
+    // before trying it is all on stderr.
+    let (code, stderr) = run(&["exec", "--url", "http://127.0.0.1:9", "--", missing]);
+    assert_eq!(code, Some(127), "{stderr}");
+    assert!(!stderr.contains("warning"), "the default grace: {stderr}");
+    for grace in ["5s", "20s"] {
+        let (code, stderr) = run(&[
+            "exec",
+            "--url",
+            "http://127.0.0.1:9",
+            "--grace",
+            grace,
+            "--",
+            missing,
+        ]);
+        assert_eq!(code, Some(127), "{grace}: still runs: {stderr}");
+        let warning = stderr
+            .lines()
+            .find(|l| l.starts_with("leader-gate exec: warning: --grace"))
+            .unwrap_or_else(|| panic!("{grace}: no warning in {stderr:?}"));
+        assert!(warning.contains(&format!("--grace {grace}")), "{warning}");
+        assert!(warning.contains("default margin 5s"), "{warning}");
+    }
+}

@@ -481,10 +481,16 @@ async fn leader_gate_watch_prints_every_event_once_across_a_disconnect() {
 }
 
 /// Two thousand `/events` subscribers of a real leader: each costs the
-/// sidecar a few KiB (its task and the stream's state, no per-connection
-/// read and write buffers: 13 KiB each when the server kept hyper's two
-/// 8 KiB buffers per connection), every one of them gets the stop, and the
-/// memory they used is handed back to the system once they are gone.
+/// sidecar a bounded few KiB (its task, the stream's state and hyper's read
+/// and write buffers for the connection), every one of them gets the stop,
+/// and the memory they used is handed back to the system once they are gone.
+/// The bound is 16 KiB: 11.8 KiB measured with hyper's server in a debug
+/// build. (Our own server, which kept no buffer per connection, cost 3.3 KiB
+/// and was judged by issue 14 not worth an admin port that 128 clients
+/// could lock: a pod holds 1–3 streams.) One more 8 KiB buffer per stream
+/// would break the bound.
+/// Measured as anonymous memory (`RssAnon`): the resident pages of a debug
+/// binary come and go with the machine's load, and are no subscriber's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_subscribers_cost_a_few_kib_each_and_their_memory_comes_back() {
     const N: usize = 2000;
@@ -503,7 +509,7 @@ async fn many_subscribers_cost_a_few_kib_each_and_their_memory_comes_back() {
     }
     drop(warm);
     tokio::time::sleep(SECOND).await;
-    let rss_before = leader.rss_kib();
+    let rss_before = leader.anon_kib();
 
     let mut subscribers = Vec::new();
     for _ in 0..N {
@@ -513,7 +519,7 @@ async fn many_subscribers_cost_a_few_kib_each_and_their_memory_comes_back() {
         subscribers.push(client);
     }
     tokio::time::sleep(SECOND / 2).await;
-    let rss_connected = leader.rss_kib();
+    let rss_connected = leader.anon_kib();
     let per_subscriber = rss_connected.saturating_sub(rss_before) as f64 / N as f64;
 
     api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
@@ -526,16 +532,16 @@ async fn many_subscribers_cost_a_few_kib_each_and_their_memory_comes_back() {
     let deadline = Instant::now() + SECOND * 15;
     let rss_after = loop {
         tokio::time::sleep(SECOND / 2).await;
-        let rss = leader.rss_kib();
+        let rss = leader.anon_kib();
         if rss <= rss_before + 1024 || Instant::now() > deadline {
             break rss;
         }
     };
     println!(
-        "MEASURE {N} subscribers: rss {rss_before} -> {rss_connected} KiB ({per_subscriber:.2} KiB each), {rss_after} KiB once they left"
+        "MEASURE {N} subscribers: RssAnon {rss_before} -> {rss_connected} KiB ({per_subscriber:.2} KiB each), {rss_after} KiB once they left"
     );
     assert!(
-        per_subscriber <= 8.0,
+        per_subscriber <= 16.0,
         "{per_subscriber:.2} KiB per subscriber ({rss_before} -> {rss_connected} KiB)"
     );
     assert!(

@@ -8,12 +8,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use leader_gate::clock::{BootInstant, boot_clock_id};
+use leader_gate::election::Snapshot;
 use leader_gate::events::{EventKind, EventLog, Transition};
 use leader_gate::exposition::Format;
 use leader_gate::http::{self, AppState};
+use leader_gate::lease::TermId;
 use leader_gate::metrics::Metrics;
 use leader_gate::server::{self, Limits};
 use leader_gate::state::{Heartbeat, Publisher};
+use serde_json::json;
 use support::events::EventClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket};
@@ -26,6 +30,8 @@ struct Served {
     metrics: Arc<Metrics>,
     stop: CancellationToken,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// Publishes snapshots as the election would (kept open for ever).
+    publisher: &'static Publisher,
 }
 
 async fn serve(max_subscribers: usize, keep_alive: Duration) -> Served {
@@ -41,7 +47,7 @@ async fn serve_with(max_subscribers: usize, keep_alive: Duration, limits: Limits
     let events = EventLog::new("me", 1024, 256);
     let metrics = Arc::new(Metrics::new("ns", "demo"));
     let (publisher, state) = Publisher::new(events.clone(), metrics.clone());
-    std::mem::forget(publisher); // keeps the state channel open
+    let publisher: &'static Publisher = Box::leak(Box::new(publisher)); // keeps the state channel open
     let stop = CancellationToken::new();
     let app = AppState {
         state,
@@ -70,6 +76,7 @@ async fn serve_with(max_subscribers: usize, keep_alive: Duration, limits: Limits
         metrics,
         stop,
         server,
+        publisher,
     }
 }
 
@@ -452,4 +459,81 @@ async fn shutdown_ends_open_streams_after_the_final_event() {
         .expect("graceful shutdown completes with streams open")
         .unwrap()
         .unwrap();
+}
+
+/// What the election publishes while leading term `uid/1` until `valid_until`.
+fn leading(valid_until: BootInstant) -> Snapshot {
+    Snapshot {
+        leading: true,
+        term: Some(TermId::new(Some("uid"), 1)),
+        holder: Some("me".into()),
+        deadline: None,
+        valid_until: Some(valid_until),
+        last_stop: None,
+        observed: true,
+        collector_healthy: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_whose_replay_holds_the_current_start_is_followed_by_a_fresh_renewed() {
+    let served = serve(8, Duration::from_secs(15)).await;
+    let mut client = EventClient::connect(served.addr, None).await;
+    let state = client.next(SECOND).await.unwrap();
+    assert_eq!(
+        state.data["valid_until"],
+        serde_json::Value::Null,
+        "not leading"
+    );
+    let before_start = state.message.id.clone().unwrap();
+    drop(client);
+    // The term starts while the subscriber is away, and is not renewed
+    // again for a while (no renew lands between the replay and the test).
+    let until = BootInstant::after(Duration::from_secs(30));
+    served.publisher.publish(&leading(until));
+    let boot_clock = json!({
+        "boot_id": boot_clock_id().unwrap(),
+        "boottime_ms": until.as_millis(),
+    });
+
+    let mut resumed = EventClient::connect(served.addr, Some(&before_start)).await;
+    let replayed = resumed.drain(Duration::from_millis(300)).await;
+    let kinds: Vec<&str> = replayed.iter().map(|e| e.kind()).collect();
+    assert_eq!(kinds, ["started-leading", "renewed"], "{replayed:?}");
+    for event in &replayed {
+        assert_eq!(event.term(), Some("uid/1"));
+        assert!(event.data["valid_for_ms"].as_u64().unwrap() > 29_000);
+        assert_eq!(event.data["valid_until"], boot_clock, "{event:?}");
+    }
+    // The renewal is fresh (published now, not when the term started).
+    assert!(
+        replayed[1].data["published_at_us"].as_i64() > replayed[0].data["published_at_us"].as_i64()
+    );
+    assert_eq!(replayed[1].message.id, None, "a renewal has no id");
+
+    // Resuming after the start: nothing to replay, and a renewal still.
+    let after_start = replayed[0].message.id.clone().unwrap();
+    let mut again = EventClient::connect(served.addr, Some(&after_start)).await;
+    let replayed = again.drain(Duration::from_millis(300)).await;
+    let kinds: Vec<&str> = replayed.iter().map(|e| e.kind()).collect();
+    assert_eq!(kinds, ["renewed"]);
+    assert_eq!(replayed[0].data["valid_until"], boot_clock);
+
+    // A fresh subscriber's state carries the same deadline.
+    let mut fresh = EventClient::connect(served.addr, None).await;
+    let state = fresh.next(SECOND).await.unwrap();
+    assert_eq!(state.data["leading"], true);
+    assert_eq!(state.data["valid_until"], boot_clock);
+
+    // A renew moves the deadline, and every stream is told.
+    let later = BootInstant::after(Duration::from_secs(40));
+    served.publisher.publish(&leading(later));
+    for stream in [&mut resumed, &mut again, &mut fresh] {
+        let renewed = stream.next(SECOND).await.unwrap();
+        assert_eq!(renewed.kind(), "renewed");
+        assert_eq!(
+            renewed.data["valid_until"]["boottime_ms"],
+            later.as_millis()
+        );
+    }
 }

@@ -113,6 +113,9 @@ struct Setup<'a> {
     /// The reload endpoint answers only after this long.
     reload_delay: Duration,
     serve_args: &'a [&'a str],
+    /// The file gate's fsyncs hang while this file exists (the debug-only
+    /// test hook `LEADER_GATE_TEST_STALL_FSYNC`).
+    stall: Option<&'a std::path::Path>,
 }
 
 impl Default for Setup<'_> {
@@ -122,6 +125,7 @@ impl Default for Setup<'_> {
             tight: false,
             reload_delay: Duration::ZERO,
             serve_args: &[],
+            stall: None,
         }
     }
 }
@@ -153,12 +157,18 @@ async fn start(test: &str, names: &[&str], setup: Setup<'_>) -> (FakeApiServer, 
         };
         let sampler = Sampler::start(&dst, period);
         let reloads = Reloads::start_slow(&[&dst], setup.reload_delay).await;
-        let gate = FileGate::spawn(
+        let stall: Vec<_> = setup
+            .stall
+            .map(|path| ("LEADER_GATE_TEST_STALL_FSYNC", path))
+            .into_iter()
+            .collect();
+        let gate = FileGate::spawn_env(
             &dir,
             &format!("{name}-file-gate"),
             sidecar.gate,
             &["--reload-url", &reloads.url(RELOAD_PATH)],
             &[(&src, &dst)],
+            &stall,
         );
         wait_subscribers(&sidecar, 2).await;
         pods.push(Pod {
@@ -603,4 +613,131 @@ async fn a_dst_deleted_by_someone_else_while_leading_is_restored() {
     pod.renewals(2).await;
     // Our deletion was no change of the gate's; its restoration is one.
     assert_posts_follow(pod, &[true, true]).await;
+}
+
+/// Waits until the file gate's log says `what`.
+async fn wait_log(pod: &Pod, what: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while !pod.gate.log().contains(what) {
+        assert!(
+            Instant::now() < deadline,
+            "{}: no {what:?} within {timeout:?}\n{}",
+            pod.name,
+            pod.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_stuck_on_the_disk_neither_delays_a_removal_nor_lands_after_it() {
+    // A disk stuck on demand: the file gate's fsyncs hang while `stall`
+    // exists (a debug-build test hook; see src/client/file_gate/writer.rs).
+    let stall = test_dir("fg-stuck-disk-stall").join("stall");
+    let setup = Setup {
+        stall: Some(&stall),
+        ..Setup::default()
+    };
+    let (api, mut pods) = start("fg-stuck-disk", &["a"], setup).await;
+    let pod = &mut pods[0];
+    let old = std::fs::read(&pod.src).unwrap();
+    let new = b"- targets: ['elsewhere:9100']\n".to_vec();
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    let (n, _) = pod.dst(1, true, TIMING.lease).await;
+    pod.reloads.wait_count(1, SECOND * 5).await;
+
+    // The disk gets stuck, SRC changes: the next renewal's copy hangs in
+    // its fsync.
+    std::fs::write(&stall, b"").unwrap();
+    replace(&pod.src, &new);
+    wait_log(pod, "test hook: fsync stalled", TIMING.retry * 3 + SECOND).await;
+
+    // Leadership ends meanwhile: DST goes at once, the write still stuck.
+    api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
+    let stopped = pod.expect("stopped-leading", SECOND * 2).await;
+    let (n, gone) = pod.dst(n + 1, false, TIMING.lease).await;
+    assert_follows(
+        "removed while a write is stuck on the disk",
+        &gone,
+        &stopped,
+    );
+    assert!(
+        stall.exists() && !pod.gate.log().contains("test hook: fsync released"),
+        "the write was still stuck when DST was removed\n{}",
+        pod.logs()
+    );
+    pod.reloads.wait_count(2, SECOND * 5).await;
+
+    // The disk comes back while the ghost still holds the lease: the write
+    // that began while leading is dropped, never renamed over the removal.
+    std::fs::remove_file(&stall).unwrap();
+    wait_log(pod, "test hook: fsync released", SECOND * 5).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!pod.dst.exists(), "a stale write landed\n{}", pod.logs());
+    assert!(pod.gate.log().contains("dropped a copy"), "{}", pod.logs());
+    assert_eq!(
+        pod.sampler.presence(),
+        [false, true, false],
+        "{:?}\n{}",
+        pod.sampler.summary(),
+        pod.logs()
+    );
+
+    // Leading again once the ghost's lease ran out: the current SRC.
+    let again = pod.expect("started-leading", TIMING.lease * 3).await;
+    let (_, back) = pod.dst(n + 1, true, TIMING.lease).await;
+    assert_follows("appeared again", &back, &again);
+    assert_eq!(back.content.as_ref(), Some(&new));
+    let changes = pod.sampler.changes();
+    assert_eq!(changes[1].content.as_ref(), Some(&old));
+    let left: Vec<_> = std::fs::read_dir(pod.dst.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "no temporary file left behind: {left:?}");
+    assert_posts_follow(pod, &[true, false, true]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_removes_dst_and_exits_while_a_write_is_stuck_on_the_disk() {
+    let stall = test_dir("fg-stuck-sigterm-stall").join("stall");
+    let setup = Setup {
+        stall: Some(&stall),
+        ..Setup::default()
+    };
+    let (_api, mut pods) = start("fg-stuck-sigterm", &["a"], setup).await;
+    let pod = &mut pods[0];
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    let (n, _) = pod.dst(1, true, TIMING.lease).await;
+    pod.reloads.wait_count(1, SECOND * 5).await;
+    std::fs::write(&stall, b"").unwrap();
+    replace(&pod.src, b"- targets: ['elsewhere:9100']\n");
+    wait_log(pod, "test hook: fsync stalled", TIMING.retry * 3 + SECOND).await;
+
+    // The disk stays stuck: the gate removes DST and exits all the same,
+    // once its bounded wait for the writer (2 s) is over.
+    let signalled = Instant::now();
+    pod.gate.signal(libc::SIGTERM);
+    let status = pod.gate.wait_exit(SECOND * 10).await;
+    let exited = signed_ms(Instant::now(), signalled);
+    let still_stuck = stall.exists() && !pod.gate.log().contains("test hook: fsync released");
+    let _ = std::fs::remove_file(&stall);
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "exit 0 on SIGTERM with the disk stuck\n{}",
+        pod.logs()
+    );
+    assert!(
+        still_stuck,
+        "the write was stuck throughout\n{}",
+        pod.logs()
+    );
+    let (_, gone) = pod.dst(n + 1, false, SECOND).await;
+    println!(
+        "MEASURE file-gate SIGTERM with a stuck write: removed after {:.1} ms, exited after {exited:.1} ms",
+        signed_ms(gone.at, signalled)
+    );
+    assert!(!pod.dst.exists());
+    assert_eq!(pod.sampler.presence(), [false, true, false]);
 }

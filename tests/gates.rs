@@ -414,6 +414,108 @@ async fn exec_stops_its_child_before_the_peer_starts_when_its_stream_stalls() {
     .await;
 }
 
+/// Issue 14.4: a resumed stream must not close a gate. `exec` reaches its
+/// sidecar through a proxy; the term starts while its stream is held up, so
+/// the replay after the reconnect holds the term's `started-leading` (older
+/// than its validity) and no renew lands meanwhile: the child starts from
+/// the replay alone. Then the stream is cut mid-term, again and again: the
+/// child runs on. And a SIGKILL of the sidecar still stops it on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_keeps_its_child_through_resumed_streams_and_stops_it_on_time_after_a_sigkill() {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("gates-exec-resume");
+    // Cut off from the API server: it follows for now.
+    api.set_fault("a", Fault::all(FaultKind::Partition));
+    let sidecar = Sidecar::spawn(&api, &dir, "a", EXEC_TIMING);
+    sidecar.wait_serving().await;
+    let proxy = Proxy::start(sidecar.gate).await;
+    let log = ChildLog(dir.join("children.log"));
+    let mut exec = spawn_exec(&dir, "a", &proxy.url(), &log.0, COLLECTOR);
+    while proxy.accepted() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await; // its `state`: following
+
+    // The term starts while the stream is held up, and runs for longer than
+    // any validity (so its start is older than its `valid_for_ms`).
+    proxy.stall();
+    api.clear_faults("a");
+    let term = sidecar
+        .wait_leading(EXEC_TIMING.lease * 2)
+        .await
+        .term()
+        .unwrap()
+        .to_owned();
+    tokio::time::sleep(EXEC_TIMING.renew_deadline + SECOND / 2).await;
+    assert_eq!(log.text(), "", "nothing started while the stream was held");
+    // No renew lands for a while (well within what is left of the validity):
+    // only the replay itself can open the gate.
+    api.set_fault("a", Fault::all(FaultKind::Partition));
+    let reconnected = Instant::now();
+    proxy.cut(); // what it held back is lost
+    proxy.resume();
+    proxy.up();
+    let window = Duration::from_millis(1_200);
+    let child = tokio::time::timeout(window, log.wait_for(window * 2, |e| e.what == "start"))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "no child within {window:?} of the resume, with no renew meanwhile:\n{}",
+                exec.stderr()
+            )
+        });
+    let opened = reconnected.elapsed();
+    api.clear_faults("a");
+    assert_eq!(child.term, term);
+    println!("MEASURE exec resume: child started {opened:?} after a resume replaying the start");
+
+    // Cut mid-term, three times: the child runs through every reconnect.
+    for _ in 0..3 {
+        tokio::time::sleep(EXEC_TIMING.retry * 2).await;
+        let before = proxy.accepted();
+        proxy.cut();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        proxy.up();
+        let deadline = Instant::now() + SECOND * 5;
+        while proxy.accepted() == before {
+            assert!(Instant::now() < deadline, "exec reconnects");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    tokio::time::sleep(EXEC_TIMING.retry * 2).await;
+    assert!(exec.running(), "{}", exec.stderr());
+    assert_eq!(
+        log.entries().len(),
+        1,
+        "one child, never stopped:\n{}\n{}",
+        log.text(),
+        exec.stderr()
+    );
+    assert!(
+        !exec.stderr().contains("could not be confirmed"),
+        "{}",
+        exec.stderr()
+    );
+
+    // SIGKILL: the child stops once the last validity runs out, which is at
+    // most the renew deadline after the kill (the child stops at SIGTERM).
+    let killed = wall_now();
+    sidecar.signal(libc::SIGKILL);
+    let stop = log
+        .wait_for(EXEC_TIMING.lease * 2, |e| {
+            e.what == "stop" && e.pid == child.pid
+        })
+        .await;
+    let took = stop.wall - killed;
+    let bound = (EXEC_TIMING.renew_deadline + SECOND).as_secs_f64();
+    assert!(
+        took <= bound,
+        "the child stopped {took:.3}s after the kill (bound {bound}s):\n{}",
+        exec.stderr()
+    );
+    println!("MEASURE exec resume: child stopped {took:.3}s after the SIGKILL (validity <= 3 s)");
+}
+
 /// One sidecar that leads alone, and an `exec` of `script` on it.
 async fn one_pod(test: &str, script: &str) -> (FakeApiServer, Sidecar, GateClient, ChildLog) {
     let api = FakeApiServer::start("collectors", LEASE).await;

@@ -18,6 +18,8 @@ pub struct Group {
     pub next: usize,
     /// What the candidates run: leader-gate, or the peer elector.
     pub program: Program,
+    /// The extra flags every candidate gets, replacements too.
+    pub extra: Vec<String>,
 }
 
 impl Group {
@@ -47,6 +49,7 @@ impl Group {
             sidecars: Vec::new(),
             next: 0,
             program: program.clone(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         for _ in 0..size {
             group.spawn(extra);
@@ -72,7 +75,9 @@ impl Group {
         let mut old = self.sidecars.remove(i);
         old.wait_exit(Duration::from_secs(15)).await;
         drop(old);
-        let j = self.spawn(&[]);
+        let extra = self.extra.clone();
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let j = self.spawn(&extra);
         self.sidecars[j].wait_serving().await;
         // Let it list and watch before the next round.
         tokio::time::sleep(Duration::from_millis(100)).await;

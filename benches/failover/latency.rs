@@ -55,7 +55,13 @@ pub async fn startup(program: &Program) -> Duration {
 /// SIGTERM of the leader → another answers 200; one group, the stopped
 /// instance replaced after each round.
 pub async fn graceful(program: &Program, rounds: usize) -> Vec<Duration> {
-    let mut group = Group::start_program(program, "graceful", DEFAULTS, 3, &[]).await;
+    // The raw hand-over: leader-gate's default --gate-lag (80% of the
+    // margin, 4 s) would be most of it; the peer has no such wait.
+    let extra: &[&str] = match program {
+        Program::LeaderGate => &["--gate-lag", "0s"],
+        Program::Peer(_) => &[],
+    };
+    let mut group = Group::start_program(program, "graceful", DEFAULTS, 3, extra).await;
     let mut out = Vec::new();
     for _ in 0..rounds {
         let (leader, _) = group.leader_other_than(None, DEFAULTS.lease * 2).await;

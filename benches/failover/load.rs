@@ -79,7 +79,13 @@ pub async fn wait_holder_other_than(group: &Group, old: &str, timeout: Duration)
 
 pub async fn load(program: &Program, candidates: usize, steady: Duration) -> Load {
     let name = format!("load{candidates}");
-    let mut group = Group::start_program(program, &name, DEFAULTS, candidates, &[]).await;
+    // The raw hand-over: leader-gate's default --gate-lag (80% of the
+    // margin, 4 s) would be most of it; the peer has no such wait.
+    let extra: &[&str] = match program {
+        Program::LeaderGate => &["--gate-lag", "0s"],
+        Program::Peer(_) => &[],
+    };
+    let mut group = Group::start_program(program, &name, DEFAULTS, candidates, extra).await;
     let first = wait_holder_other_than(&group, "", DEFAULTS.lease * 2).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_mean_kib = group.sidecars.iter().map(Sidecar::rss_kib).sum::<u64>() / candidates as u64;

@@ -10,22 +10,33 @@
 //! SIGINT stop the child the same way and exit 0; SIGHUP, SIGQUIT, SIGUSR1
 //! and SIGUSR2 are forwarded to the child.
 //!
+//! "Its process group" is the whole tree of the term (see
+//! [`process_tree`]): orphans re-parent to `exec` (a subreaper, or PID 1)
+//! and are stopped with the group; the term ends only when nothing of it is
+//! left, and every orphan is reaped whenever it exits.
+//!
 //! [`feed`]: crate::client::feed
+//! [`process_tree`]: crate::client::process_tree
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
+use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
-use tokio::process::{Child, Command};
 use tokio::signal::unix::{Signal as UnixSignal, SignalKind, signal};
-use tokio::time::{Instant, sleep_until};
+use tokio::time::{Instant, sleep};
 
 use crate::client::feed::Feed;
+use crate::client::process_tree::{self, Tree};
 use crate::client::url::GateUrl;
 
 /// The environment variable that carries the term id to the child.
 pub const TERM_ENV: &str = "LEADER_GATE_TERM";
+
+/// While a term ends: how often to look for what is left of it (and, after
+/// the grace period, SIGKILL it again: an orphan may re-parent to `exec`
+/// after the first SIGKILL).
+const STOP_POLL: Duration = Duration::from_millis(20);
 
 /// What `exec` was asked to do.
 #[derive(Clone, Debug)]
@@ -56,13 +67,23 @@ impl ExecError {
     }
 }
 
-/// The running child and the term it runs for.
+/// The running tree and the term it runs for.
 struct Running {
-    child: Child,
-    pid: i32,
+    tree: Tree,
     term: String,
-    /// Set once it was told to stop: when SIGKILL follows.
-    kill_at: Option<Instant>,
+    /// Set once the term ended: the tree is being stopped.
+    stopping: Option<Stopping>,
+    /// The child exited on its own with this status: `exec` exits with it
+    /// once the rest of the tree is gone.
+    exited: Option<ExitStatus>,
+    /// `exec` itself was told to stop: exit 0 once the tree is gone.
+    quit: bool,
+}
+
+struct Stopping {
+    /// When SIGKILL follows the SIGTERM.
+    kill_at: Instant,
+    killed: bool,
 }
 
 /// Runs the gate until the child exits on its own (its status is returned
@@ -72,16 +93,67 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
     resolve(Path::new(program))
         .ok_or_else(|| ExecError::NotFound(program.to_string_lossy().into_owned()))?;
     let mut signals = Signals::new();
+    // A child exited (or stopped): time to reap.
+    let mut sigchld = signal(SignalKind::child()).expect("SIGCHLD handler");
+    // Orphans of the child's processes re-parent here: reaped, and within
+    // reach when the term ends. (PID 1 gets them anyway.)
+    if let Err(error) = process_tree::become_subreaper() {
+        log(&format!("cannot become a child subreaper: {error}"));
+    }
     let mut feed = Feed::new(options.url.clone());
     let mut running: Option<Running> = None;
     loop {
-        // Reconcile: the child runs exactly while a term is valid here.
+        if let Some(run) = &mut running {
+            run.tree.reap();
+            if run.stopping.is_none()
+                && let Some(status) = run.tree.child_status()
+            {
+                log(&format!(
+                    "the child exited on its own ({status}): stopping what it left, then exiting with its status"
+                ));
+                run.exited = Some(status);
+                run.stop(options.grace);
+            }
+            if let Some(stopping) = &mut run.stopping
+                && !stopping.killed
+                && Instant::now() >= stopping.kill_at
+            {
+                log(&format!(
+                    "the processes of term {} outlived the grace period: SIGKILL",
+                    run.term
+                ));
+                stopping.killed = true;
+            }
+            if run.stopping.as_ref().is_some_and(|s| s.killed) {
+                run.tree.signal_all(libc::SIGKILL);
+            }
+            if run.stopping.is_some() && run.tree.is_gone() {
+                let run = running.take().expect("running");
+                let status = run.tree.child_status().expect("reaped");
+                log(&format!(
+                    "the processes of term {} are gone (the child: {status})",
+                    run.term
+                ));
+                run.tree.release();
+                if let Some(status) = run.exited {
+                    return Ok(exit_code(&status));
+                }
+                if run.quit {
+                    return Ok(0);
+                }
+            }
+        } else {
+            // Idle: orphans re-parented to a subreaper or PID 1 are reaped.
+            process_tree::reap_exited();
+        }
+        // Reconcile: the tree runs exactly while a term is valid here.
         let valid_term = feed.leading().map(|v| v.term.clone());
         match &mut running {
-            Some(run) if run.kill_at.is_none() && valid_term.as_ref() != Some(&run.term) => {
+            Some(run) if run.stopping.is_none() && valid_term.as_ref() != Some(&run.term) => {
                 log(&format!(
-                    "leadership of term {} ended: stopping the child (pid {})",
-                    run.term, run.pid
+                    "leadership of term {} ended: stopping the child (pid {}) and its process group",
+                    run.term,
+                    run.tree.pid()
                 ));
                 run.stop(options.grace);
             }
@@ -92,37 +164,26 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
             }
             Some(_) => {}
         }
-        let kill_at = running.as_ref().and_then(|r| r.kill_at);
+        let stopping = running.as_ref().is_some_and(|r| r.stopping.is_some());
         tokio::select! {
             signal = feed.next() => {
                 if let Some(line) = signal.log_line() {
                     log(&line);
                 }
             }
-            status = wait_child(&mut running) => {
-                let run = running.take().expect("a child was running");
-                if run.kill_at.is_some() {
-                    log(&format!("the child of term {} stopped ({})", run.term, describe(&status)));
-                } else {
-                    log(&format!("the child exited on its own ({}): exiting with its status", describe(&status)));
-                    return Ok(exit_code(&status));
-                }
-            }
-            () = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
-                if let Some(run) = &mut running {
-                    log(&format!("the child (pid {}) outlived the grace period: SIGKILL", run.pid));
-                    run.kill();
-                }
-            }
+            _ = sigchld.recv() => {}
+            () = sleep(STOP_POLL), if stopping => {}
             received = signals.next() => {
                 if received == libc::SIGTERM || received == libc::SIGINT {
-                    if let Some(run) = running.take() {
-                        run.stop_and_reap(options.grace).await;
+                    let Some(run) = &mut running else {
+                        return Ok(0);
+                    };
+                    run.quit = true;
+                    if run.stopping.is_none() {
+                        run.stop(options.grace);
                     }
-                    return Ok(0);
-                }
-                if let Some(run) = &running {
-                    forward(run.pid, received);
+                } else if let Some(run) = &running {
+                    run.tree.signal_child(received);
                 }
             }
         }
@@ -131,92 +192,44 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
 
 fn start(command: &[OsString], term: String) -> Result<Running, ExecError> {
     let mut cmd = Command::new(&command[0]);
-    cmd.args(&command[1..])
-        .env(TERM_ENV, &term)
-        // Its own process group, so a stop reaches whatever it started.
-        .process_group(0)
-        .kill_on_drop(true);
-    let child = cmd.spawn().map_err(|error| {
+    cmd.args(&command[1..]).env(TERM_ENV, &term);
+    let tree = Tree::spawn(&mut cmd).map_err(|error| {
         log(&format!("cannot start {:?}: {error}", command[0]));
         ExecError::NotFound(command[0].to_string_lossy().into_owned())
     })?;
-    let pid = child.id().expect("a just-spawned child has a pid") as i32;
     log(&format!(
-        "leading (term {term}): started the child (pid {pid})"
+        "leading (term {term}): started the child (pid {})",
+        tree.pid()
     ));
     Ok(Running {
-        child,
-        pid,
+        tree,
         term,
-        kill_at: None,
+        stopping: None,
+        exited: None,
+        quit: false,
     })
 }
 
 // === impl Running ===
 
 impl Running {
-    /// SIGTERM to the child's process group; SIGKILL follows after `grace`.
+    /// SIGTERM to the whole tree; SIGKILL follows after `grace`.
     fn stop(&mut self, grace: Duration) {
-        signal_group(self.pid, libc::SIGTERM);
-        self.kill_at = Some(Instant::now() + grace);
+        self.tree.signal_all(libc::SIGTERM);
+        self.stopping = Some(Stopping {
+            kill_at: Instant::now() + grace,
+            killed: false,
+        });
     }
-
-    fn kill(&mut self) {
-        signal_group(self.pid, libc::SIGKILL);
-        self.kill_at = Some(Instant::now() + Duration::from_secs(3600));
-    }
-
-    async fn stop_and_reap(mut self, grace: Duration) {
-        if self.kill_at.is_none() {
-            self.stop(grace);
-        }
-        let kill_at = self.kill_at.expect("stopping");
-        if tokio::time::timeout_at(kill_at, self.child.wait())
-            .await
-            .is_err()
-        {
-            self.kill();
-            let _ = self.child.wait().await;
-        }
-        log(&format!("stopped the child of term {}", self.term));
-    }
-}
-
-async fn wait_child(running: &mut Option<Running>) -> std::io::Result<ExitStatus> {
-    match running {
-        Some(run) => run.child.wait().await,
-        None => std::future::pending().await,
-    }
-}
-
-fn signal_group(pid: i32, signal: i32) {
-    // SAFETY: kill(2) on the process group of our own unreaped child (its
-    // pid cannot have been reused before we reap it).
-    unsafe { libc::kill(-pid, signal) };
-}
-
-fn forward(pid: i32, signal: i32) {
-    // SAFETY: kill(2) on our own unreaped child.
-    unsafe { libc::kill(pid, signal) };
 }
 
 /// The shell's convention: the exit code, or 128 + the signal.
-fn exit_code(status: &std::io::Result<ExitStatus>) -> u8 {
+fn exit_code(status: &ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
-    match status {
-        Ok(status) => match (status.code(), status.signal()) {
-            (Some(code), _) => code as u8,
-            (None, Some(signal)) => 128u8.saturating_add(signal as u8),
-            (None, None) => 1,
-        },
-        Err(_) => 1,
-    }
-}
-
-fn describe(status: &std::io::Result<ExitStatus>) -> String {
-    match status {
-        Ok(status) => status.to_string(),
-        Err(error) => format!("cannot wait for it: {error}"),
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(signal)) => 128u8.saturating_add(signal as u8),
+        (None, None) => 1,
     }
 }
 
@@ -290,7 +303,7 @@ mod tests {
     #[test]
     fn exit_codes_follow_the_shell() {
         use std::os::unix::process::ExitStatusExt;
-        assert_eq!(exit_code(&Ok(ExitStatus::from_raw(3 << 8))), 3);
-        assert_eq!(exit_code(&Ok(ExitStatus::from_raw(libc::SIGKILL))), 137);
+        assert_eq!(exit_code(&ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(&ExitStatus::from_raw(libc::SIGKILL)), 137);
     }
 }

@@ -5,8 +5,11 @@
 //! leadership is valid until *receive time + `valid_for_ms`* of the latest
 //! `state`, `started-leading` or `renewed` that confirmed it, and ends at
 //! once on `stopped-leading`. A lost stream ends nothing by itself; the
-//! expiry does. (A message delivered late counts as old as it is: its age
-//! since `published_at_us` is taken off its validity.)
+//! expiry does. When the message's `valid_until` is on this client's own
+//! boot clock (same `boot_id`: one kernel, one pod), that deadline is used
+//! instead (never later than the rule above): a message delivered late, or
+//! replayed after a reconnect, counts exactly as old as it is. The wall
+//! clock is never used (a step of it would stretch or cut validity).
 //!
 //! The feed reconnects on its own (with `Last-Event-ID`, so nothing the
 //! sidecar still holds is missed) and never ends. Validity is kept on the
@@ -24,7 +27,7 @@ use tokio::time::{Instant, sleep_until};
 use crate::backoff::Backoff;
 use crate::client::sse::{SseMessage, SseParser};
 use crate::client::url::GateUrl;
-use crate::clock::{BootInstant, wall_micros};
+use crate::clock::{BootInstant, boot_clock_id};
 
 /// Reconnect when not even a keep-alive arrived for this long (three of the
 /// sidecar's default 15 s keep-alive intervals).
@@ -108,6 +111,8 @@ impl Signal {
 /// The subscription and the leadership it vouches for.
 pub struct Feed {
     url: GateUrl,
+    /// This client's boot clock, to tell a deadline it can judge as is.
+    boot_clock: Option<&'static str>,
     stream: Option<Stream>,
     last_id: Option<String>,
     validity: Option<Validity>,
@@ -133,6 +138,7 @@ impl Feed {
     pub fn new(url: GateUrl) -> Self {
         Self {
             url,
+            boot_clock: boot_clock_id(),
             stream: None,
             last_id: None,
             validity: None,
@@ -256,23 +262,12 @@ impl Feed {
             self.last_id.clone_from(&message.sse.id);
         }
         let data = &message.data;
-        // A message held back on the way (a stalled proxy) is as old as its
-        // publication: the sidecar shares this node's clock, so count its
-        // age against the validity. A wall clock stepped back makes the age
-        // 0 (receive time rules); stepped forward, validity only shrinks.
-        let age_ms = data["published_at_us"]
-            .as_i64()
-            .map_or(0, |published| (wall_micros() - published).max(0) / 1000)
-            as u64;
         let confirmed = || {
-            let valid_for = data["valid_for_ms"]
-                .as_u64()
-                .unwrap_or(0)
-                .saturating_sub(age_ms);
             let term = data["term"].as_str()?;
-            (valid_for > 0).then(|| Validity {
+            let until = validity_end(data, received, self.boot_clock)?;
+            Some(Validity {
                 term: term.to_owned(),
-                until: received.plus(Duration::from_millis(valid_for)),
+                until,
             })
         };
         match message.sse.event.as_str() {
@@ -291,6 +286,26 @@ impl Feed {
             _ => {}
         }
     }
+}
+
+/// Where the validity a message confirms ends, if it confirms one: its
+/// `valid_until` when that is on `boot_clock` (the sidecar's deadline, so a
+/// message held back or replayed counts as old as it is), else `received +
+/// valid_for_ms`, and never later than that. `None` once it has run out.
+fn validity_end(
+    data: &Value,
+    received: BootInstant,
+    boot_clock: Option<&str>,
+) -> Option<BootInstant> {
+    let valid_for = data["valid_for_ms"].as_u64().filter(|&ms| ms > 0)?;
+    let by_receipt = received.plus(Duration::from_millis(valid_for));
+    let until = &data["valid_until"];
+    let deadline = until["boottime_ms"]
+        .as_u64()
+        .filter(|_| boot_clock.is_some() && until["boot_id"].as_str() == boot_clock)
+        .map(|ms| BootInstant::from_since_boot(Duration::from_millis(ms)));
+    let end = deadline.map_or(by_receipt, |deadline| deadline.min(by_receipt));
+    (!end.remaining().is_zero()).then_some(end)
 }
 
 fn far_future() -> Instant {
@@ -362,33 +377,94 @@ mod tests {
         assert_eq!(feed.leading(), None, "validity counted from receipt");
     }
 
+    /// A `renewed` as the sidecar on boot clock `boot_id` sends it.
+    fn renewed_until(boot_id: &str, valid_for_ms: u64, boottime_ms: u64) -> Message {
+        message(
+            "renewed",
+            serde_json::json!({
+                "term": "u/1",
+                "valid_for_ms": valid_for_ms,
+                "valid_until": {"boot_id": boot_id, "boottime_ms": boottime_ms},
+            }),
+        )
+    }
+
     #[test]
-    fn a_message_held_back_on_the_way_counts_as_old_as_it_is() {
+    fn a_deadline_on_this_boot_clock_is_used_as_is() {
         let mut feed = feed();
+        feed.boot_clock = Some("boot-a");
         let now = BootInstant::now();
-        let held_for = 2_000;
-        let stale = message(
-            "renewed",
-            serde_json::json!({
-                "term": "u/1",
-                "valid_for_ms": 3_000,
-                "published_at_us": wall_micros() - held_for * 1000,
-            }),
-        );
-        feed.apply(&stale, now);
+        // Sent 2 s ago with 3 s left (held back by a proxy, or a replayed
+        // start): 1 s left, by the sidecar's own deadline.
+        let deadline = now.plus(Duration::from_millis(1_000)).as_millis();
+        feed.apply(&renewed_until("boot-a", 3_000, deadline), now);
         let until = feed.leading().expect("still valid for about 1 s").until;
-        assert!(until <= now.plus(Duration::from_millis(1_000)), "{until:?}");
-        let too_stale = message(
-            "renewed",
-            serde_json::json!({
-                "term": "u/1",
-                "valid_for_ms": 1_000,
-                "published_at_us": wall_micros() - 5_000_000,
-            }),
-        );
+        assert_eq!(until.as_millis(), deadline);
+        // A deadline already passed confirms nothing, whatever valid_for says.
         let mut feed = self::feed();
-        feed.apply(&too_stale, now);
+        feed.boot_clock = Some("boot-a");
+        let passed = now.as_millis().saturating_sub(1);
+        feed.apply(&renewed_until("boot-a", 3_000, passed), now);
         assert_eq!(feed.leading(), None, "held back longer than its validity");
+        // Never later than receipt + valid_for_ms.
+        let late = now.plus(Duration::from_secs(60)).as_millis();
+        feed.apply(&renewed_until("boot-a", 3_000, late), now);
+        assert_eq!(
+            feed.leading().unwrap().until,
+            now.plus(Duration::from_millis(3_000))
+        );
+    }
+
+    #[test]
+    fn a_deadline_on_another_boot_clock_counts_from_receipt() {
+        let now = BootInstant::now();
+        let soon = now.plus(Duration::from_millis(500)).as_millis();
+        for own in [Some("boot-a"), None] {
+            let mut feed = feed();
+            feed.boot_clock = own;
+            // Another kernel's boot clock (or none here): not comparable.
+            feed.apply(&renewed_until("boot-b", 3_000, soon), now);
+            assert_eq!(
+                feed.leading().unwrap().until,
+                now.plus(Duration::from_millis(3_000)),
+                "{own:?}"
+            );
+            // An older sidecar without the field.
+            let mut feed = self::feed();
+            feed.boot_clock = own;
+            feed.apply(&json_msg("renewed", "u/1", 3_000), now);
+            assert_eq!(
+                feed.leading().unwrap().until,
+                now.plus(Duration::from_millis(3_000))
+            );
+        }
+    }
+
+    #[test]
+    fn the_wall_clock_is_never_used() {
+        let now = BootInstant::now();
+        let deadline = now.plus(Duration::from_millis(2_000)).as_millis();
+        // Publication times an hour behind and ahead of this wall clock (a
+        // clock step between sending and receipt) change nothing.
+        for published_at_us in [
+            crate::clock::wall_micros() - 3_600_000_000,
+            crate::clock::wall_micros() + 3_600_000_000,
+        ] {
+            for (boot_id, expected) in [
+                (
+                    "boot-a",
+                    BootInstant::from_since_boot(Duration::from_millis(deadline)),
+                ),
+                ("boot-b", now.plus(Duration::from_millis(3_000))),
+            ] {
+                let mut feed = feed();
+                feed.boot_clock = Some("boot-a");
+                let mut renewed = renewed_until(boot_id, 3_000, deadline);
+                renewed.data["published_at_us"] = published_at_us.into();
+                feed.apply(&renewed, now);
+                assert_eq!(feed.leading().unwrap().until, expected, "{boot_id}");
+            }
+        }
     }
 
     #[test]

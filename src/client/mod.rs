@@ -9,6 +9,7 @@
 //! - [`watch`]: `leader-gate watch`, one line per event.
 //! - [`status`]: `leader-gate status` and `leader-gate wait`.
 //! - [`exec`]: `leader-gate exec -- COMMAND`, a child that runs only while leading.
+//! - [`process_tree`]: the process group, parent-death signal and reaping `exec` relies on.
 //! - [`file_gate`]: `leader-gate file-gate SRC:DST…`, files present only while leading.
 //!
 //! Nothing here touches the server side's state: clients know the sidecar
@@ -17,6 +18,7 @@
 pub mod exec;
 pub mod feed;
 pub mod file_gate;
+pub mod process_tree;
 pub mod sse;
 pub mod status;
 pub mod url;

@@ -257,8 +257,10 @@ impl Driver {
         };
         let now = now();
         let before = self.election.snapshot(now.instant);
+        let (conflicts_before, _) = self.election.identity_conflicts();
         let actions = self.election.handle(input, now);
         self.handled = now.instant;
+        self.report_identity_conflict(conflicts_before);
         let after = self.publish_now();
         let why = match after.last_stop {
             Some(StopReason::HandoverRequested) if why != "shutdown" => "handover requested",
@@ -309,6 +311,25 @@ impl Driver {
                 Action::ReloadCredentials => self.reload_credentials().await,
             }
         }
+    }
+
+    /// Says loudly, once per other process, that someone else writes the
+    /// Lease under our identity (G7: it is never taken for ours).
+    fn report_identity_conflict(&self, before: u64) {
+        let (conflicts, other) = self.election.identity_conflicts();
+        if conflicts <= before {
+            return;
+        }
+        self.publisher
+            .metrics()
+            .identity_conflicts(conflicts - before);
+        let identity = &self.election.settings().identity;
+        tracing::error!(
+            identity = identity.as_str(),
+            other_writer = other,
+            own_writer = self.election.writer().as_str(),
+            "another process is writing the Lease under this pod's identity {identity:?}; its writes are never taken for ours, but the two cannot share work: give each candidate a unique --identity (LEADER_GATE_IDENTITY), e.g. the pod name"
+        );
     }
 
     /// When the gates are closed after the last step-down: its publication

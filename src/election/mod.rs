@@ -56,7 +56,7 @@ use tokio::time::Instant;
 
 use crate::api_error::ApiError;
 use crate::clock::BootInstant;
-use crate::lease::{Lease, TermId};
+use crate::lease::{Lease, TermId, WriterMark};
 
 mod requests;
 mod successor;
@@ -237,6 +237,13 @@ pub struct Snapshot {
 pub struct Election {
     settings: Settings,
     rng: fastrand::Rng,
+    /// This process's mark on every write (G7): a twin with our identity
+    /// cannot forge it.
+    writer: WriterMark,
+    /// Writer marks of other processes seen writing under our identity
+    /// (the last few), and how many distinct ones were seen.
+    foreign_writers: VecDeque<String>,
+    identity_conflicts: u64,
     view: Option<View>,
     role: Role,
     pending: Option<Pending>,
@@ -278,6 +285,9 @@ impl Election {
             successor: successor::Slot::new(&settings),
             settings,
             rng: fastrand::Rng::with_seed(seed),
+            writer: WriterMark::random(),
+            foreign_writers: VecDeque::new(),
+            identity_conflicts: 0,
             view: None,
             role: Role::Following,
             pending: None,
@@ -300,6 +310,20 @@ impl Election {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// This process's writer mark.
+    pub fn writer(&self) -> &WriterMark {
+        &self.writer
+    }
+
+    /// How many other processes (distinct writer marks) were seen writing
+    /// the Lease under this identity; the last one's mark.
+    pub fn identity_conflicts(&self) -> (u64, Option<&str>) {
+        (
+            self.identity_conflicts,
+            self.foreign_writers.back().map(String::as_str),
+        )
     }
 
     pub fn is_leading(&self) -> bool {

@@ -86,6 +86,7 @@ impl Election {
         }
         let mut object = lease.released();
         self.release_names_successor(lease, &mut object);
+        lease::mark_writer(&mut object, &self.writer);
         self.pending = Some(Pending::Write {
             purpose: Purpose::Release,
             sent_at: now.instant,
@@ -197,7 +198,7 @@ impl Election {
 
     fn write(&mut self, purpose: Purpose, lease: &Lease, now: Now) -> Write {
         let micros = self.next_renew_micros(now);
-        let (object, transitions) = match purpose {
+        let (mut object, transitions) = match purpose {
             Purpose::Acquire => {
                 let mut object = lease.acquired(
                     &self.settings.identity,
@@ -211,6 +212,7 @@ impl Election {
             Purpose::Release => (lease.released(), lease.record().transitions),
             Purpose::Successor => (lease.object().clone(), lease.record().transitions),
         };
+        lease::mark_writer(&mut object, &self.writer);
         self.sent(
             purpose,
             micros,
@@ -228,13 +230,14 @@ impl Election {
     fn create(&mut self, now: Now) -> Write {
         let micros = self.next_renew_micros(now);
         let s = &self.settings;
-        let object = lease::created(
+        let mut object = lease::created(
             &s.namespace,
             &s.lease_name,
             &s.identity,
             micros,
             s.lease_duration,
         );
+        lease::mark_writer(&mut object, &self.writer);
         // A new Lease starts at term 0.
         self.sent(Purpose::Acquire, micros, 0, now, None);
         Write {
@@ -259,6 +262,7 @@ impl Election {
             purpose,
             transitions,
             overtaken: false,
+            confirmed: false,
         });
         self.pending = Some(Pending::Write {
             purpose,

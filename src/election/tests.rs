@@ -1473,3 +1473,134 @@ fn once_the_collector_is_healthy_again_it_acquires_again() {
     assert_ne!(first, second, "a new term");
     assert_eq!(h.snapshot(again + 0.05).collector_healthy, Some(true));
 }
+
+// --- one identity, two processes (issue 14 item 2) ---
+
+/// Strips the writer mark from a stored record, as a tool that rewrites
+/// annotations would.
+fn without_writer_mark(lease: &Lease, rv: u64) -> Lease {
+    let mut object = lease.object().clone();
+    if let Some(annotations) = object.metadata.annotations.as_mut() {
+        annotations.remove(crate::lease::WRITER_ANNOTATION);
+    }
+    object.metadata.resource_version = Some(rv.to_string());
+    Lease::new(object)
+}
+
+#[test]
+fn twins_with_one_identity_creating_at_one_microsecond_never_both_lead() {
+    // Two processes given one identity (a constant --identity in a
+    // DaemonSet template) see the Lease absent and create it in the same
+    // microsecond: their creates are identical but for the writer mark.
+    let mut a = Harness::new("same");
+    let mut b = Harness::new("same");
+    let create_a = a.feed(Input::Observed(None), 0.0);
+    let create_b = b.feed(Input::Observed(None), 0.0);
+    assert!(is_write(&create_a, Purpose::Acquire) && is_write(&create_b, Purpose::Acquire));
+    // a's create lands; b's is a 409 (AlreadyExists), then b's watch shows a's record.
+    let stored = a.accept(&create_a[0]);
+    assert_eq!(
+        stored.record().renew_micros,
+        match &create_b[0] {
+            Action::Write(Write {
+                op: WriteOp::Create(o),
+                ..
+            }) => Lease::new((**o).clone()).record().renew_micros,
+            other => panic!("{other:?}"),
+        },
+        "the same renewTime: only the mark tells the writes apart"
+    );
+    a.feed(Input::Written(Ok(stored.clone())), 0.01);
+    b.feed(
+        Input::Written(Err(ApiError::Conflict("AlreadyExists".into()))),
+        0.01,
+    );
+    b.feed(Input::Observed(Some(stored.clone())), 0.02);
+    a.feed(Input::Observed(Some(stored.clone())), 0.02);
+    assert!(
+        a.election.is_leading(),
+        "the twin whose create landed leads"
+    );
+    assert!(
+        !b.election.is_leading(),
+        "the other twin took a's record for its own"
+    );
+    assert_eq!(
+        b.election.identity_conflicts(),
+        (1, Some(a.election.writer().as_str()))
+    );
+    assert_eq!(a.election.identity_conflicts().0, 0);
+    // b keeps following: it waits a duration, like for any other holder,
+    // and writes nothing meanwhile.
+    assert_eq!(b.snapshot(0.02).holder.as_deref(), Some("same"));
+    for t in 1..14 {
+        assert!(b.tick(t as f64).is_empty());
+    }
+    // Seeing the same other writer again is not a new conflict.
+    let renew = a.tick(2.0);
+    let renewed = a.accept(&renew[0]);
+    b.feed(Input::Observed(Some(renewed)), 2.1);
+    assert_eq!(b.election.identity_conflicts().0, 1);
+    assert!(!b.election.is_leading());
+}
+
+#[test]
+fn a_twin_rewriting_our_record_unchanged_but_its_mark_ends_our_term() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let ours = h.server.clone().unwrap();
+    // The same spec, another process's mark: not our write.
+    let mut object = ours.object().clone();
+    crate::lease::mark_writer(&mut object, &crate::lease::WriterMark::from_u64(1));
+    h.rv += 1;
+    object.metadata.resource_version = Some(h.rv.to_string());
+    h.feed(Input::Observed(Some(Lease::new(object))), t + 0.5);
+    assert!(!h.election.is_leading());
+    assert_eq!(
+        h.snapshot(t + 0.5).last_stop,
+        Some(StopReason::LostToOtherHolder)
+    );
+    assert_eq!(h.election.identity_conflicts().0, 1);
+}
+
+#[test]
+fn a_stripped_writer_mark_keeps_a_record_we_saw_stored_but_never_grants_one() {
+    // Our own record, stored with our mark and seen so, then stripped of it:
+    // still ours (a tool rewriting annotations costs nothing, G7), and the
+    // next renew marks it again.
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let ours = h.server.clone().unwrap();
+    h.rv += 1;
+    let stripped = without_writer_mark(&ours, h.rv);
+    h.server = Some(stripped.clone());
+    h.feed(Input::Observed(Some(stripped)), t + 0.5);
+    assert!(h.election.is_leading());
+    let renew = h.tick(t + 2.0);
+    let renewed = h.accept(&renew[0]);
+    assert_eq!(
+        renewed.record().writer.as_deref(),
+        Some(h.election.writer().as_str())
+    );
+    h.feed(Input::Written(Ok(renewed)), t + 2.1);
+    assert!(h.election.is_leading());
+
+    // An unmarked record with our identity and the renewTime of a create we
+    // sent but never saw stored (a twin without marks, say an older
+    // version, created in the same microsecond): not ours.
+    let mut b = Harness::new("same");
+    let create = b.feed(Input::Observed(None), 0.0);
+    let theirs = b.accept(&create[0]);
+    let theirs = without_writer_mark(&theirs, theirs.resource_version().unwrap().parse().unwrap());
+    b.feed(
+        Input::Written(Err(ApiError::Transport("reset".into()))),
+        0.01,
+    );
+    b.feed(Input::Observed(Some(theirs)), 0.02);
+    assert!(!b.election.is_leading());
+    assert_eq!(
+        b.election.identity_conflicts().0,
+        0,
+        "no mark, no proof of a twin"
+    );
+}

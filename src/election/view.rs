@@ -57,6 +57,10 @@ pub(super) struct OwnWrite {
     /// create can, once that record is deleted — a deletion its holder may
     /// not have seen yet: such a landing starts no term (G7).
     pub(super) overtaken: bool,
+    /// We saw this write stored with our writer mark: a record showing it
+    /// with the mark stripped (by a tool that rewrites annotations) is still
+    /// ours; an unmarked one we never saw marked may be a twin's (G7).
+    pub(super) confirmed: bool,
 }
 
 // === impl OwnWrite ===
@@ -117,6 +121,9 @@ impl Election {
         }
         // Anything fresh answers a pending 409: the next write builds on it.
         self.conflict_at = None;
+        if let Some(lease) = &lease {
+            self.note_writer(&lease.record());
+        }
         if let Some(rv) = lease.as_ref().and_then(Lease::resource_version) {
             self.remember_version(rv);
         }
@@ -139,7 +146,13 @@ impl Election {
             // Same record (a label edit, a repeated event): keep the newer
             // object to write from, but not a new expiry clock (G3).
             if let (Some(view), Some(new)) = (&mut self.view, lease) {
+                let record = new.record();
                 view.lease = Some(new);
+                // The same spec under another writer's mark is another
+                // process's write (G7): no longer ours.
+                if self.is_leading() && !self.is_own(&record) {
+                    self.step_down(StopReason::LostToOtherHolder);
+                }
             }
             return;
         }
@@ -255,16 +268,51 @@ impl Election {
         self.own_write_of(record).is_some()
     }
 
+    /// The own write `record` shows (G7): our identity, the exact
+    /// `renewTime` of one of our writes, and our writer mark — or no mark at
+    /// all, if we saw that very write stored with it (someone stripped it
+    /// since). Another mark is a twin's write, however equal the rest.
     pub(super) fn own_write_of(&self, record: &lease::Record) -> Option<OwnWrite> {
         if record.holder.as_deref() != Some(self.settings.identity.as_str()) {
             return None;
         }
         let renew = record.renew_micros?;
-        self.own_writes
+        let write = self
+            .own_writes
             .iter()
             .rev()
             .find(|w| w.renew_micros == renew && w.purpose != Purpose::Release)
-            .copied()
+            .copied()?;
+        match record.writer.as_deref() {
+            Some(mark) => (mark == self.writer.as_str()).then_some(write),
+            None => write.confirmed.then_some(write),
+        }
+    }
+
+    /// A record under our identity: confirms our write it shows with our
+    /// mark, or counts another process writing under our identity.
+    fn note_writer(&mut self, record: &lease::Record) {
+        if record.holder.as_deref() != Some(self.settings.identity.as_str()) {
+            return;
+        }
+        match record.writer.as_deref() {
+            Some(mark) if mark == self.writer.as_str() => {
+                for write in &mut self.own_writes {
+                    if Some(write.renew_micros) == record.renew_micros {
+                        write.confirmed = true;
+                    }
+                }
+            }
+            // Each other process is counted (and told of) once.
+            Some(foreign) if !self.foreign_writers.iter().any(|f| f == foreign) => {
+                if self.foreign_writers.len() == SEEN_VERSIONS {
+                    self.foreign_writers.pop_front();
+                }
+                self.foreign_writers.push_back(foreign.to_owned());
+                self.identity_conflicts += 1;
+            }
+            Some(_) | None => {}
+        }
     }
 
     /// A watch event older than what a write response already showed.

@@ -32,6 +32,19 @@ impl FileGate {
         extra: &[&str],
         mappings: &[(&Path, &Path)],
     ) -> FileGate {
+        Self::spawn_env(dir, name, gate, extra, mappings, &[])
+    }
+
+    /// [`FileGate::spawn`] with extra environment variables (the debug-only
+    /// test hooks of `src/client/file_gate/writer.rs`).
+    pub fn spawn_env(
+        dir: &Path,
+        name: &str,
+        gate: SocketAddr,
+        extra: &[&str],
+        mappings: &[(&Path, &Path)],
+        env: &[(&str, &Path)],
+    ) -> FileGate {
         let log = dir.join(format!("{name}.log"));
         let log_file = std::fs::OpenOptions::new()
             .create(true)
@@ -49,6 +62,7 @@ impl FileGate {
             )
             .env_remove("LEADER_GATE_URL")
             .env_remove("LEADER_GATE_RELOAD_URL")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)

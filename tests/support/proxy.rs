@@ -9,7 +9,7 @@
 //!   restarted process on a new port), as a Service would route them.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,6 +24,8 @@ pub struct Proxy {
     stalled: watch::Sender<bool>,
     upstream: Arc<Mutex<SocketAddr>>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
+    /// Connections accepted and forwarded so far (refused ones not counted).
+    accepted: Arc<AtomicUsize>,
 }
 
 impl Proxy {
@@ -36,11 +38,14 @@ impl Proxy {
         let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
         let (is_down, open, target) = (down.clone(), connections.clone(), upstream.clone());
         let stall = stalled.subscribe();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
         tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
                 if is_down.load(Ordering::SeqCst) {
                     continue; // dropped: refused
                 }
+                count.fetch_add(1, Ordering::SeqCst);
                 let upstream = *target.lock().unwrap();
                 let stall = stall.clone();
                 let task = tokio::spawn(async move {
@@ -62,7 +67,14 @@ impl Proxy {
             stalled,
             upstream,
             connections,
+            accepted,
         }
+    }
+
+    /// How many connections were accepted (and forwarded) so far: a client
+    /// that reconnects after [`Self::cut`] adds one.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// `http://<addr>`, for a client's `--url`.

@@ -179,10 +179,17 @@ impl Sidecar {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_leader-gate")))
         });
+        // An `--identity` in `extra` overrides the name (processes sharing
+        // one identity keep their own kubeconfig client and log).
+        let identity = if extra.contains(&"--identity") {
+            &[][..]
+        } else {
+            &["--identity", name][..]
+        };
         let child = Command::new(&binary)
             .arg("serve")
             .args(["--lease-name", api.lease_name()])
-            .args(["--identity", name])
+            .args(identity)
             // Port 0: the kernel picks free ports, which the process logs;
             // reserving ports here first would race other tests for them.
             .args(["--listen", &gate.to_string()])
@@ -287,6 +294,20 @@ impl Sidecar {
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap_or(0)
+    }
+
+    /// Anonymous resident memory in KiB (Linux `RssAnon`: heap, stacks),
+    /// without the pages of the mapped binary, which a debug build has
+    /// plenty of and pages in and out as code paths run for the first time
+    /// or the machine is short of memory.
+    pub fn anon_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("RssAnon:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{}: no RssAnon in /proc/<pid>/status", self.name))
     }
 
     pub fn log(&self) -> String {

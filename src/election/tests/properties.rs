@@ -1139,4 +1139,18 @@ proptest! {
             );
         }
     }
+
+    /// Two processes given one identity (issue 14): their writes differ
+    /// only by the writer mark when made at one wall-clock microsecond,
+    /// which here is whenever no time passes between their turns.
+    #[test]
+    fn twins_with_one_identity_are_never_trusted_to_lead_at_once(
+        seed: u64,
+        steps in proptest::collection::vec((0..2usize, step()), 1..300),
+    ) {
+        let mut world = World::new(&[ME, ME], seed);
+        for (who, step) in &steps {
+            world.step(*who, step)?;
+        }
+    }
 }

@@ -131,3 +131,84 @@ impl Role {
         self.rules.iter().any(|r| r.allows(req))
     }
 }
+
+// === lease-protection: the Role as a kustomize JSON patch leaves it ===
+
+impl Role {
+    /// The Role of `manifests/rbac.yaml` after the JSON patch (RFC 6902, as YAML) that
+    /// kustomize applies to it, e.g. `manifests/lease-protection/role-without-create.yaml`;
+    /// its Lease name replaced by `lease_name`. A failed `test` operation panics, as
+    /// kustomize fails.
+    pub fn from_repository_manifest_patched(lease_name: &str, patch: &str) -> Role {
+        let documents: Vec<Value> =
+            serde_saphyr::from_multiple(RBAC_MANIFEST).expect("manifests/rbac.yaml is YAML");
+        let mut role = documents
+            .into_iter()
+            .find(|d| d["kind"] == "Role")
+            .expect("a Role in manifests/rbac.yaml");
+        let operations: Vec<Value> = serde_saphyr::from_str(patch).expect("the patch is YAML");
+        apply_json_patch(&mut role, &operations).unwrap_or_else(|e| panic!("JSON patch: {e}"));
+        serde_json::from_value::<Role>(role)
+            .expect("a Role after the patch")
+            .with_lease_name(MANIFEST_LEASE_NAME, lease_name)
+    }
+}
+
+/// The RFC 6902 operations kustomize patches use here: `test`, `remove`, `add`, `replace`
+/// (JSON pointers into objects and arrays; `-` appends).
+pub fn apply_json_patch(doc: &mut Value, operations: &[Value]) -> Result<(), String> {
+    for op in operations {
+        let path = op["path"].as_str().ok_or("an operation without a path")?;
+        let (parent, last) = match path.rfind('/') {
+            Some(at) => (
+                &path[..at],
+                path[at + 1..].replace("~1", "/").replace("~0", "~"),
+            ),
+            None => return Err(format!("{path:?} is not a JSON pointer")),
+        };
+        match op["op"].as_str() {
+            Some("test") => {
+                if doc.pointer(path) != Some(&op["value"]) {
+                    return Err(format!("test of {path} failed: {:?}", doc.pointer(path)));
+                }
+            }
+            Some(kind @ ("remove" | "add" | "replace")) => {
+                let target = doc
+                    .pointer_mut(parent)
+                    .ok_or_else(|| format!("{path}: no {parent}"))?;
+                match target {
+                    Value::Array(items) => {
+                        let index = if last == "-" {
+                            items.len()
+                        } else {
+                            last.parse::<usize>().map_err(|e| format!("{path}: {e}"))?
+                        };
+                        let in_range =
+                            index < items.len() || (kind == "add" && index == items.len());
+                        if !in_range {
+                            return Err(format!("{path}: index out of range"));
+                        }
+                        match kind {
+                            "remove" => {
+                                items.remove(index);
+                            }
+                            "add" => items.insert(index, op["value"].clone()),
+                            _ => items[index] = op["value"].clone(),
+                        }
+                    }
+                    Value::Object(map) => match kind {
+                        "remove" => {
+                            map.remove(&last).ok_or_else(|| format!("{path}: absent"))?;
+                        }
+                        _ => {
+                            map.insert(last, op["value"].clone());
+                        }
+                    },
+                    _ => return Err(format!("{path}: {parent} is neither object nor array")),
+                }
+            }
+            other => return Err(format!("unsupported operation {other:?}")),
+        }
+    }
+    Ok(())
+}

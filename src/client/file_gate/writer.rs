@@ -1,0 +1,341 @@
+//! One writer thread per DST: the blocking part of a copy (read SRC, write
+//! the temporary file, fsync, rename, fsync of the directory) runs here, off
+//! the event loop, so a slow disk never holds up a removal.
+//!
+//! A generation counter under a mutex (the *fence*) orders writes and
+//! removals. A removal takes the fence only to bump the generation and
+//! unlink, and so never waits for an fsync. A write remembers the generation
+//! it was asked for; it fsyncs outside the fence, then takes the fence and
+//! renames only if the generation is still the same, holding it through the
+//! rename. So a write that began before a removal never lands after it: it
+//! is dropped (and its temporary file with it).
+//!
+//! Test hook (debug builds only, absent from release builds): with
+//! `LEADER_GATE_TEST_STALL_FSYNC=PATH` in the environment, every fsync of a
+//! temporary file waits, after the real fsync, for as long as PATH exists —
+//! a disk stuck on demand, which `tests/file_gate.rs` uses to show that a
+//! removal does not queue behind a write.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use tokio::sync::mpsc;
+
+use super::{Mapping, log, parent, sync_dir};
+
+/// Says "something changed" to the reloader; the writer says it while it
+/// still holds the fence, so the POSTs come in the order of the changes.
+#[derive(Clone, Default)]
+pub(super) struct Changed(pub(super) Option<mpsc::UnboundedSender<bool>>);
+
+impl Changed {
+    pub(super) fn changed(&self) {
+        if let Some(queue) = &self.0 {
+            let _ = queue.send(true);
+        }
+    }
+}
+
+/// The fsync of a temporary file: the step a slow disk makes slow.
+pub(super) trait Disk: Send + Sync + 'static {
+    fn sync_file(&self, file: &File) -> std::io::Result<()>;
+}
+
+/// The real disk (and, in debug builds, the test hook of the module docs).
+pub(super) struct RealDisk {
+    #[cfg(debug_assertions)]
+    stall: Option<std::path::PathBuf>,
+}
+
+impl RealDisk {
+    pub(super) fn new() -> Self {
+        Self {
+            #[cfg(debug_assertions)]
+            stall: std::env::var_os("LEADER_GATE_TEST_STALL_FSYNC").map(Into::into),
+        }
+    }
+}
+
+impl Disk for RealDisk {
+    fn sync_file(&self, file: &File) -> std::io::Result<()> {
+        file.sync_all()?;
+        #[cfg(debug_assertions)]
+        if let Some(stall) = &self.stall
+            && stall.exists()
+        {
+            log(&format!(
+                "test hook: fsync stalled while {} exists",
+                stall.display()
+            ));
+            while stall.exists() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            log("test hook: fsync released");
+        }
+        Ok(())
+    }
+}
+
+/// The writer of one DST.
+pub(super) struct Writer {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    mapping: Mapping,
+    /// The generation: bumped by every removal.
+    fence: Mutex<u64>,
+    jobs: Mutex<Jobs>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct Jobs {
+    /// Put a current copy in place, for this generation only.
+    write: Option<u64>,
+    /// fsync DST's directory (after a removal).
+    sync_dir: bool,
+    closed: bool,
+    /// A job is being done.
+    busy: bool,
+}
+
+/// What the writer thread remembers between jobs.
+struct Memory {
+    /// The content it renamed into place, and in which generation.
+    written: Option<(u64, Vec<u8>)>,
+    /// The last error said, so a lasting one is said once.
+    complaint: Option<String>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+// === impl Writer ===
+
+impl Writer {
+    pub(super) fn start(
+        mapping: Mapping,
+        mode: u32,
+        changed: Changed,
+        disk: Arc<dyn Disk>,
+    ) -> Self {
+        let shared = Arc::new(Shared {
+            mapping,
+            fence: Mutex::new(0),
+            jobs: Mutex::default(),
+            wake: Condvar::new(),
+        });
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("file-gate-writer".into())
+                .spawn(move || shared.work(mode, &changed, &*disk))
+                .expect("spawn a file-gate writer thread")
+        };
+        Self {
+            shared,
+            thread: Some(thread),
+        }
+    }
+
+    /// Asks for a current copy at DST (for as long as no removal comes
+    /// first); returns at once. A request still waiting is replaced.
+    pub(super) fn ensure(&self) {
+        let generation = *lock(&self.shared.fence);
+        let mut jobs = lock(&self.shared.jobs);
+        jobs.write = Some(generation);
+        self.shared.wake.notify_all();
+    }
+
+    /// Removes DST now, whatever the writer is
+    /// doing; whether DST existed. No write asked for before lands after.
+    pub(super) fn remove(&self, why: &str) -> bool {
+        let dst = &self.shared.mapping.dst;
+        let removed = {
+            let mut generation = lock(&self.shared.fence);
+            *generation += 1;
+            // Not the temporary file: a write in progress owns it, and
+            // drops it once it finds itself stale.
+            std::fs::remove_file(dst)
+        };
+        match removed {
+            Ok(()) => {
+                log(&format!("{why}: removed {}", dst.display()));
+                let mut jobs = lock(&self.shared.jobs);
+                jobs.sync_dir = true;
+                self.shared.wake.notify_all();
+                true
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
+            Err(error) => {
+                log(&format!("cannot remove {}: {error}", dst.display()));
+                false
+            }
+        }
+    }
+
+    /// Lets the thread finish what it was asked, then waits for it.
+    pub(super) fn finish(mut self) {
+        lock(&self.shared.jobs).closed = true;
+        self.shared.wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+
+    /// Waits until nothing is asked of the thread or in progress.
+    #[cfg(test)]
+    pub(super) fn wait_idle(&self) {
+        let mut jobs = lock(&self.shared.jobs);
+        while jobs.busy || jobs.write.is_some() || jobs.sync_dir {
+            jobs = self
+                .shared
+                .wake
+                .wait(jobs)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        lock(&self.shared.jobs).closed = true;
+        self.shared.wake.notify_all();
+    }
+}
+
+// === impl Shared ===
+
+impl Shared {
+    /// The writer thread: one job at a time, until closed and done.
+    fn work(&self, mode: u32, changed: &Changed, disk: &dyn Disk) {
+        let mut memory = Memory {
+            written: None,
+            complaint: None,
+        };
+        loop {
+            let (write, sync) = {
+                let mut jobs = lock(&self.jobs);
+                jobs.busy = false;
+                // Someone may wait for idleness (tests).
+                self.wake.notify_all();
+                while jobs.write.is_none() && !jobs.sync_dir && !jobs.closed {
+                    jobs = self.wake.wait(jobs).unwrap_or_else(PoisonError::into_inner);
+                }
+                if jobs.write.is_none() && !jobs.sync_dir {
+                    return;
+                }
+                jobs.busy = true;
+                (jobs.write.take(), std::mem::take(&mut jobs.sync_dir))
+            };
+            if sync {
+                let _ = sync_dir(parent(&self.mapping.dst));
+            }
+            if let Some(generation) = write {
+                self.write(generation, mode, changed, disk, &mut memory);
+            }
+        }
+    }
+
+    /// Puts a current copy of SRC at DST unless it is there already, or a
+    /// removal came after `generation` was asked for.
+    fn write(
+        &self,
+        generation: u64,
+        mode: u32,
+        changed: &Changed,
+        disk: &dyn Disk,
+        memory: &mut Memory,
+    ) {
+        let mapping = &self.mapping;
+        if *lock(&self.fence) != generation {
+            return; // removed since: nothing to do
+        }
+        let content = match std::fs::read(&mapping.src) {
+            Ok(content) => content,
+            Err(e) => {
+                return memory.complain(format!("cannot read {}: {e}", mapping.src.display()));
+            }
+        };
+        let ours = memory
+            .written
+            .as_ref()
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, c)| c);
+        // What is on disk, not only what was written: someone may have
+        // removed or changed the copy since.
+        if ours == Some(&content) && std::fs::read(&mapping.dst).is_ok_and(|held| held == content) {
+            memory.complaint = None;
+            return;
+        }
+        let what = if ours == Some(&content) {
+            "restored (removed or changed by someone else)"
+        } else {
+            "wrote"
+        };
+        let temporary = mapping.temporary();
+        let landed = write_temporary(mapping, &content, mode, disk).and_then(|()| {
+            let current = lock(&self.fence);
+            if *current != generation {
+                return Ok(false);
+            }
+            std::fs::rename(&temporary, &mapping.dst)?;
+            log(&format!("leading: {what} {}", mapping.dst.display()));
+            changed.changed();
+            Ok(true)
+        });
+        match landed {
+            Ok(true) => {
+                let _ = sync_dir(parent(&mapping.dst));
+                memory.written = Some((generation, content));
+                memory.complaint = None;
+            }
+            Ok(false) => {
+                let _ = std::fs::remove_file(&temporary);
+                log(&format!(
+                    "dropped a copy for {} written while leading: leadership ended before its rename",
+                    mapping.dst.display()
+                ));
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&temporary);
+                memory.complain(format!("cannot write {}: {e}", mapping.dst.display()));
+            }
+        }
+    }
+}
+
+impl Memory {
+    fn complain(&mut self, complaint: String) {
+        if self.complaint.as_ref() != Some(&complaint) {
+            log(&complaint);
+            self.complaint = Some(complaint);
+        }
+    }
+}
+
+/// The temporary file in DST's directory, whole and fsynced: a rename then
+/// shows a reader the old file or the whole new one, never a part.
+fn write_temporary(
+    mapping: &Mapping,
+    content: &[u8],
+    mode: u32,
+    disk: &dyn Disk,
+) -> std::io::Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(mapping.temporary())?;
+    file.write_all(content)?;
+    // The umask may have narrowed `mode`.
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    disk.sync_file(&file)
+}

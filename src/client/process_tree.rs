@@ -1,0 +1,312 @@
+//! The process tree `exec` runs for one term, and its end.
+//!
+//! - The child gets a process group of its own, and `PR_SET_PDEATHSIG`
+//!   (SIGKILL) with a check right after it that `exec` did not die first.
+//! - `exec` is a child subreaper (and PID 1 is one anyway), so whatever the
+//!   child's processes orphan re-parents to `exec`: it is reaped here
+//!   (`waitpid(-1)` on every SIGCHLD, idle or not), and it is still within
+//!   reach when a term ends, even if it left the process group.
+//! - A term ends when the child is reaped, its process group is empty and
+//!   `exec` has no other child left: not before.
+//! - PDEATHSIG reaches only the direct child. For its descendants, unless
+//!   `exec` is PID 1 (then the kernel kills the whole PID namespace with
+//!   it), a small forked guard holds the read end of a pipe from `exec`:
+//!   at EOF without a word first, `exec` died, and the guard SIGKILLs the
+//!   group.
+
+use std::io;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus};
+
+/// Makes this process a child subreaper: orphaned descendants re-parent to
+/// it instead of to init, so they can be stopped and reaped.
+pub fn become_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether this process is PID 1 of its PID namespace.
+pub fn is_init() -> bool {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() == 1 }
+}
+
+/// Reaps every child that has exited, without waiting: the pid and wait
+/// status of each.
+pub fn reap_exited() -> Vec<(i32, i32)> {
+    let mut reaped = Vec::new();
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with a valid pointer to an int.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return reaped;
+        }
+        reaped.push((pid, status));
+    }
+}
+
+/// The pids whose parent is this process (from /proc; zombies included),
+/// without `except`.
+fn children(except: Option<i32>) -> Vec<i32> {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    // A /proc of another PID namespace (say `unshare --pid` without
+    // `--mount-proc`) names other processes by these numbers: never signal
+    // those. Then only the process group is within reach.
+    let own_proc = std::fs::read_link("/proc/self")
+        .is_ok_and(|link| link.as_os_str().to_str() == Some(me.to_string().as_str()));
+    if !own_proc {
+        return Vec::new();
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| Some(pid) != except)
+        .filter(|&pid| parent_of(pid) == Some(me))
+        .collect()
+}
+
+/// The parent pid from /proc/PID/stat (the field after the `(comm)`).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    after_comm.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// One term's child and everything it started.
+pub struct Tree {
+    /// The child's pid, which is also its process group id.
+    pid: i32,
+    status: Option<ExitStatus>,
+    guard: Option<Guard>,
+    released: bool,
+}
+
+impl Tree {
+    /// Spawns `command` as the leader of a new process group that dies with
+    /// `exec`.
+    pub fn spawn(command: &mut Command) -> io::Result<Tree> {
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        command.process_group(0);
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                // `exec` may have died before the prctl: then nobody would
+                // ever send the signal.
+                if libc::getppid() != parent {
+                    libc::_exit(137);
+                }
+                Ok(())
+            })
+        };
+        let child = command.spawn()?;
+        let pid = child.id() as i32;
+        // Never waited for through `child`: reaped by `reap_exited`.
+        drop(child);
+        let guard = if is_init() {
+            None
+        } else {
+            match Guard::spawn(pid) {
+                Ok(guard) => Some(guard),
+                Err(error) => {
+                    eprintln!(
+                        "leader-gate exec: cannot start the guard of process group {pid}: {error}"
+                    );
+                    None
+                }
+            }
+        };
+        Ok(Tree {
+            pid,
+            status: None,
+            guard,
+            released: false,
+        })
+    }
+
+    /// The child's pid (and process group id).
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The child's exit status, once reaped.
+    pub fn child_status(&self) -> Option<ExitStatus> {
+        self.status
+    }
+
+    /// Reaps whatever exited (orphans included), keeping the child's status.
+    pub fn reap(&mut self) {
+        for (pid, status) in reap_exited() {
+            if pid == self.pid {
+                self.status = Some(ExitStatus::from_raw(status));
+            } else if self.guard.as_ref().is_some_and(|g| g.pid == pid) {
+                eprintln!("leader-gate exec: the guard (pid {pid}) died");
+                self.guard = None;
+            }
+        }
+    }
+
+    /// Sends `signal` to the child unless it was reaped already.
+    pub fn signal_child(&self, signal: i32) {
+        if self.status.is_none() {
+            // SAFETY: kill(2) on our own unreaped child.
+            unsafe { libc::kill(self.pid, signal) };
+        }
+    }
+
+    /// Sends `signal` once to each process of the tree: the child's process
+    /// group, and every other child of `exec` (orphans that left the group),
+    /// except the guard.
+    pub fn signal_all(&self, signal: i32) {
+        // SAFETY: kill(2) on a process group led by our child: its id is
+        // not reused while a member lives or the leader is unreaped.
+        unsafe { libc::kill(-self.pid, signal) };
+        for pid in children(self.guard.as_ref().map(|g| g.pid)) {
+            // SAFETY: getpgid and kill(2) on our own child, not yet reaped
+            // (zombies are listed too, so the pid cannot have been reused).
+            // Members of the group had this signal already: a second
+            // SIGTERM would run a collector's handler twice.
+            unsafe {
+                if libc::getpgid(pid) != self.pid {
+                    libc::kill(pid, signal);
+                }
+            }
+        }
+    }
+
+    /// Reaps, then says whether nothing of this tree is left: the child is
+    /// reaped, its group is empty and `exec` has no other child.
+    pub fn is_gone(&mut self) -> bool {
+        self.reap();
+        if self.status.is_none() {
+            return false;
+        }
+        // SAFETY: kill(2) with signal 0 only checks for existence.
+        let group_alive = unsafe { libc::kill(-self.pid, 0) } == 0
+            || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+        !group_alive && children(self.guard.as_ref().map(|g| g.pid)).is_empty()
+    }
+
+    /// Dismisses the guard once the tree is gone.
+    pub fn release(mut self) {
+        self.released = true;
+        if let Some(guard) = self.guard.take() {
+            guard.dismiss();
+        }
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        if !self.released {
+            self.signal_all(libc::SIGKILL);
+        }
+    }
+}
+
+/// A forked process that SIGKILLs a process group if `exec` dies first.
+struct Guard {
+    pid: i32,
+    /// The write end of its pipe: a byte dismisses it, EOF alone fires it.
+    pipe: std::os::fd::OwnedFd,
+}
+
+impl Guard {
+    fn spawn(pgid: i32) -> io::Result<Guard> {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 with a valid two-int array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let [read_end, write_end] = fds;
+        // SAFETY: the forked process makes only async-signal-safe calls
+        // (close_range, sigprocmask, setpgid, read, kill, _exit) and never
+        // returns into Rust code of the parent.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            unsafe { guard_main(read_end, write_end, pgid) }
+        }
+        // SAFETY: both fds are ours; the read end belongs to the guard.
+        unsafe { libc::close(read_end) };
+        let pipe = unsafe { std::os::fd::OwnedFd::from_raw_fd(write_end) };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Guard { pid, pipe })
+    }
+
+    /// Tells the guard to exit without firing, and reaps it.
+    fn dismiss(self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: write(2) of one byte to our own pipe; waitpid on our child.
+        unsafe {
+            libc::write(self.pipe.as_raw_fd(), b"x".as_ptr().cast(), 1);
+            let mut status = 0;
+            libc::waitpid(self.pid, &mut status, 0);
+        }
+    }
+}
+
+/// The guard's whole life, in the forked process.
+///
+/// # Safety
+///
+/// Only to be called in a just-forked child; it never returns.
+unsafe fn guard_main(read_end: i32, write_end: i32, pgid: i32) -> ! {
+    unsafe {
+        libc::close(write_end);
+        // Nothing of exec's but the pipe: its sockets and its copy of the
+        // write end must not outlive it here.
+        libc::syscall(libc::SYS_close_range, 3u32, (read_end - 1) as u32, 0u32);
+        libc::syscall(libc::SYS_close_range, (read_end + 1) as u32, u32::MAX, 0u32);
+        // No signal but SIGKILL ends it; its own group, so a signal to
+        // exec's group does not either.
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+        libc::setpgid(0, 0);
+        let mut byte = 0u8;
+        loop {
+            let n = libc::read(read_end, (&mut byte as *mut u8).cast(), 1);
+            if n == 1 {
+                libc::_exit(0);
+            }
+            if n < 0 && *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            // EOF: exec died without dismissing us.
+            libc::kill(-pgid, libc::SIGKILL);
+            libc::_exit(0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_is_read_after_the_command_name() {
+        // SAFETY: getpid/getppid have no preconditions.
+        let (me, parent) = unsafe { (libc::getpid(), libc::getppid()) };
+        assert_eq!(parent_of(me), Some(parent));
+        assert_eq!(parent_of(-1), None);
+    }
+}
