@@ -563,10 +563,11 @@ async fn sigterm_releases_and_a_watching_peer_takes_over_without_waiting() {
         renew_deadline: Duration::from_secs(18),
         retry: Duration::from_secs(14),
     };
-    // Claims within [4 s, 5 s]: a watching peer is the named successor
-    // before the SIGTERM (a release naming nobody is spread, issue 13).
+    // Claims within [retry, 16 s] = [14 s, 16 s] of the term's start: a
+    // watching peer is the named successor before the SIGTERM (a release
+    // naming nobody is spread, issue 13).
     let api = FakeApiServer::start(NAMESPACE, LEASE).await;
-    let extra = ["--successor-claim-window", "5s"];
+    let extra = ["--successor-claim-window", "16s"];
     let mut cluster = Cluster::start_extra(api, "sigterm", ABC, timing, &extra).await;
     let (leader, _) = cluster.wait_leader(timing.lease).await;
     let named = Instant::now() + timing.lease;
