@@ -17,7 +17,7 @@ use support::fake_apiserver::{
     lease_object,
 };
 use support::monitor::Monitor;
-use support::sidecar::{Sidecar, Timing, test_dir};
+use support::sidecar::{Sidecar, Timing, first_leader, test_dir};
 
 const NAMESPACE: &str = "collectors";
 const LEASE: &str = "cluster-metrics";
@@ -92,27 +92,8 @@ async fn under_exactly_the_role_of_rbac_yaml_two_sidecars_elect_hand_over_and_re
     let monitor = Monitor::start(&[&a, &b]);
 
     // Elect.
-    let deadline = Instant::now() + timing.lease * 3;
-    let first = loop {
-        if a.leader().await.is_some_and(|p| p.leading()) {
-            break "a";
-        }
-        if b.leader().await.is_some_and(|p| p.leading()) {
-            break "b";
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nobody led\n{}\n{}",
-            a.log(),
-            b.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let (old, new) = if first == "a" {
-        (&mut a, &mut b)
-    } else {
-        (&mut b, &mut a)
-    };
+    let (old, new) = first_leader(&mut a, &mut b, timing.lease * 3).await;
+    let first = old.name.clone();
     // Hand over on SIGTERM: the peer takes the released Lease.
     stop(old).await;
     new.wait_leading(timing.lease * 2).await;
@@ -142,12 +123,12 @@ async fn under_exactly_the_role_of_rbac_yaml_two_sidecars_elect_hand_over_and_re
     };
     let second = new.name.clone();
     assert_eq!(
-        said_by(first),
+        said_by(&first),
         [
-            start(first).0,
-            start(first).1,
-            start(first).0,
-            start(first).1
+            start(&first).0,
+            start(&first).1,
+            start(&first).0,
+            start(&first).1
         ]
     );
     assert_eq!(said_by(&second), [start(&second).0, start(&second).1]);

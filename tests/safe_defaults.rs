@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use support::fake_apiserver::{FakeApiServer, Verb, lease_holder};
 use support::monitor::Monitor;
-use support::sidecar::{Sidecar, Timing, test_dir};
+use support::sidecar::{Sidecar, Timing, first_leader, test_dir};
 
 const NAMESPACE: &str = "collectors";
 const LEASE: &str = "cluster-metrics";
@@ -50,27 +50,7 @@ async fn with_default_flags_a_graceful_hand_over_waits_most_of_the_margin_then_r
         assert!(starting.contains("shutdown_timeout=6.6s"), "{starting}");
     }
 
-    let deadline = Instant::now() + timing.lease * 3;
-    let leader = loop {
-        if a.leader().await.is_some_and(|p| p.leading()) {
-            break "a";
-        }
-        if b.leader().await.is_some_and(|p| p.leading()) {
-            break "b";
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nobody led\n{}\n{}",
-            a.log(),
-            b.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let (old, new) = if leader == "a" {
-        (&mut a, &mut b)
-    } else {
-        (&mut b, &mut a)
-    };
+    let (old, new) = first_leader(&mut a, &mut b, timing.lease * 3).await;
     let signalled = Instant::now();
     old.signal(libc::SIGTERM);
     let status = old

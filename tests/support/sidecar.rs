@@ -342,6 +342,31 @@ fn bound_addresses(log: &Path, name: &str) -> (SocketAddr, SocketAddr) {
 }
 
 /// One plain HTTP/1.1 GET; `None` when nothing answers within a second.
+/// Waits until one of two sidecars leads (at most `within`) and returns
+/// them as (leader, other).
+pub async fn first_leader<'a>(
+    a: &'a mut Sidecar,
+    b: &'a mut Sidecar,
+    within: Duration,
+) -> (&'a mut Sidecar, &'a mut Sidecar) {
+    let deadline = Instant::now() + within;
+    loop {
+        if a.leader().await.is_some_and(|p| p.leading()) {
+            return (a, b);
+        }
+        if b.leader().await.is_some_and(|p| p.leading()) {
+            return (b, a);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nobody led\n{}\n{}",
+            a.log(),
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub async fn get(addr: SocketAddr, path: &str) -> Option<Probe> {
     let exchange = async {
         let mut stream = TcpStream::connect(addr).await.ok()?;

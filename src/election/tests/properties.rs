@@ -926,6 +926,27 @@ fn serve(
     }
 }
 
+/// Runs `steps` on three candidates, where a step whose third value is 0
+/// crashes its candidate instead (never heard from again; one always
+/// survives). Returns who crashed.
+fn run_with_crashes(
+    world: &mut World,
+    steps: &[(usize, Step, u8)],
+) -> Result<[bool; 3], TestCaseError> {
+    let mut crashed = [false; 3];
+    for (who, step, crash) in steps {
+        if crashed[*who] {
+            continue;
+        }
+        if *crash == 0 && crashed.iter().filter(|c| !**c).count() > 1 {
+            crashed[*who] = true;
+            continue;
+        }
+        world.step(*who, step)?;
+    }
+    Ok(crashed)
+}
+
 proptest! {
     #![proptest_config(cases(128))]
 
@@ -1002,17 +1023,7 @@ proptest! {
         // candidate may crash (never heard from again) at any point,
         // successor or not.
         let mut world = World::new(&[ME, PEER, THIRD], seed);
-        let mut crashed = [false; 3];
-        for (who, step, crash) in &steps {
-            if crashed[*who] {
-                continue;
-            }
-            if *crash == 0 && crashed.iter().filter(|c| !**c).count() > 1 {
-                crashed[*who] = true;
-                continue;
-            }
-            world.step(*who, step)?;
-        }
+        run_with_crashes(&mut world, &steps)?;
     }
 
     #[test]
@@ -1021,17 +1032,7 @@ proptest! {
         steps in proptest::collection::vec((0..3usize, step(), 0..60u8), 1..300),
     ) {
         let mut world = World::new(&[ME, PEER, THIRD], seed);
-        let mut crashed = [false; 3];
-        for (who, step, crash) in &steps {
-            if crashed[*who] {
-                continue;
-            }
-            if *crash == 0 && crashed.iter().filter(|c| !**c).count() > 1 {
-                crashed[*who] = true;
-                continue;
-            }
-            world.step(*who, step)?;
-        }
+        let crashed = run_with_crashes(&mut world, &steps)?;
         prop_assume!(world.server.longest <= Duration::from_secs(120));
         // The faults heal for the survivors; the crashed stay silent, even
         // when named successor or asked to take over.
