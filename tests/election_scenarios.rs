@@ -114,6 +114,15 @@ impl Cluster {
             .collect()
     }
 
+    /// Successful writes of `client` that name it the holder: its
+    /// acquisitions and renews, not its claims of the successor slot.
+    fn holder_writes(&self, client: &str) -> Vec<RequestRecord> {
+        self.writes(client)
+            .into_iter()
+            .filter(|w| w.holder.as_deref() == Some(client))
+            .collect()
+    }
+
     /// Waits until `client` has written successfully once more, then returns that write.
     async fn next_write(&self, client: &str) -> RequestRecord {
         let seen = self.writes(client).len();
@@ -267,7 +276,7 @@ async fn an_external_holder_edit_stops_the_leader_through_the_watch_and_nobody_l
     let (next, _) = cluster.wait_leader(timing.lease * 2).await;
     cluster.assert_no_new_term_before_expiry(edited, probe.term().unwrap());
     let acquired = cluster
-        .writes(&next)
+        .holder_writes(&next)
         .into_iter()
         .find(|w| w.at > edited)
         .unwrap();
@@ -602,7 +611,7 @@ async fn sigterm_releases_and_a_watching_peer_takes_over_without_waiting() {
         .rfind(|w| w.at > signalled)
         .expect("the old leader released");
     let acquire = cluster
-        .writes(&next)
+        .holder_writes(&next)
         .into_iter()
         .find(|w| w.at > signalled)
         .unwrap();
@@ -647,7 +656,7 @@ async fn after_sigkill_of_the_leader_another_leads_once_the_lease_expired_not_be
     let last_renew = cluster.writes(&leader).pop().unwrap();
     let (next, _) = cluster.wait_leader(timing.lease * 2).await;
     let acquire = cluster
-        .writes(&next)
+        .holder_writes(&next)
         .into_iter()
         .find(|w| w.at > last_renew.at)
         .unwrap();
@@ -707,7 +716,7 @@ async fn a_partitioned_leader_steps_down_by_its_deadline_and_a_peer_takes_over_a
         .find(|s| s.leading() && s.sent > last_ok.at + timing.renew_deadline);
     assert!(late.is_none(), "200 after the renew deadline: {late:?}");
     let acquire = cluster
-        .writes(&next)
+        .holder_writes(&next)
         .into_iter()
         .find(|w| w.at > last_ok.at)
         .unwrap();

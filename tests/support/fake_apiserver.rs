@@ -251,6 +251,11 @@ pub struct RequestRecord {
     /// The `Content-Type` header, if any (for a PATCH: which kind of patch, e.g.
     /// `application/apply-patch+yaml` for a server-side apply).
     pub content_type: Option<String>,
+    /// For a create or update: the `spec.holderIdentity` its body writes
+    /// (`None` for a release, which clears it). Tells a candidate's
+    /// acquisitions and renews from its other writes, such as the claim
+    /// of the successor slot, which leaves the holder as it was.
+    pub holder: Option<String>,
 }
 
 /// Counters of what the fake API servers sent, see [`FakeApiServer::traffic`].

@@ -231,6 +231,12 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
             method: req.method.clone(),
             path: req.target.clone(),
             content_type: req.header("content-type").map(str::to_string),
+            holder: match route.verb {
+                Verb::Create | Verb::Update => serde_json::from_slice::<Value>(&req.body)
+                    .ok()
+                    .and_then(|b| b["spec"]["holderIdentity"].as_str().map(str::to_string)),
+                _ => None,
+            },
         });
         st.log_offset + st.log.len() - 1
     };
