@@ -350,9 +350,9 @@ const KINDS: &[(Kind, u32)] = &[
     (Kind::Delete, 5),
     (Kind::ApiRestart, 5),
     (Kind::RotateToken, 3),
-    (Kind::SuccessorKill, 9),
-    (Kind::Handover, 9),
-    (Kind::HandoverStopped, 4),
+    (Kind::SuccessorKill, 12),
+    (Kind::Handover, 12),
+    (Kind::HandoverStopped, 5),
 ];
 
 impl Kind {
@@ -409,6 +409,7 @@ impl Kind {
 }
 
 /// One decision, drawn the same way whatever the cluster's state.
+#[derive(Clone, Copy)]
 struct Draw {
     kind: Kind,
     index: usize,
@@ -490,6 +491,8 @@ struct PendingHandover {
     /// Whether the span is the hand-over's own (healed when it returns) or
     /// the SIGSTOP's it came with (healed by the SIGCONT).
     owns_span: bool,
+    /// Which kind of hand-over.
+    what: &'static str,
     task: JoinHandle<std::io::Result<std::process::Output>>,
 }
 
@@ -508,8 +511,29 @@ struct SuccessorStats {
     by_target: usize,
     /// ... or another candidate did ("the fallback did").
     by_fallback: usize,
+    /// Hand-overs that returned 0, by kind.
+    completed: BTreeMap<&'static str, usize>,
     /// It returned non-zero (its message).
     refused: Vec<String>,
+}
+
+/// What follows a successor's SIGKILL (variant 0, 1, 2).
+const KILL_VARIANTS: [&str; 3] = [
+    "alone",
+    "then the leader SIGTERMed",
+    "then the leader SIGKILLed",
+];
+/// `leader-gate handover` (variant 0, 1, 2).
+const HANDOVER_VARIANTS: [&str; 3] = ["to the successor", "to a live peer", "to a ghost"];
+
+/// The variant done least so far (by `done`), ties broken from the drawn
+/// one on: a short run still covers every variant, and the choice is still
+/// fixed by the seed and what happened before.
+fn least_used(drawn: u32, variants: &[&'static str; 3], done: &BTreeMap<&str, usize>) -> u32 {
+    (0..3)
+        .map(|k| (drawn + k) % 3)
+        .min_by_key(|&v| done.get(variants[v as usize]).copied().unwrap_or(0))
+        .unwrap_or(drawn)
 }
 
 /// The successor the Lease names, if any.
@@ -536,6 +560,8 @@ struct Chaos {
     counts: BTreeMap<&'static str, usize>,
     skipped: usize,
     api_down: bool,
+    /// The store's resource version once the API server had stopped.
+    api_down_rv: u64,
     origin: Instant,
     check_from: Instant,
     violations: Vec<Violation>,
@@ -578,6 +604,7 @@ impl Chaos {
             counts: BTreeMap::new(),
             skipped: 0,
             api_down: false,
+            api_down_rv: 0,
             origin,
             check_from: origin,
             violations: Vec::new(),
@@ -698,6 +725,8 @@ impl Chaos {
         let chaos_end = Instant::now() + duration;
         let mut next = Instant::now() + Duration::from_secs(2);
         let mut pending: Option<Draw> = None;
+        // Since when a successor's SIGKILL waits for a successor to be named.
+        let mut awaiting_successor: Option<Instant> = None;
         loop {
             self.poll_processes().await;
             self.poll_handovers(false).await;
@@ -712,7 +741,16 @@ impl Chaos {
                 if self.active.len() >= d.max_active {
                     // Wait for a heal; the same decision is taken then.
                     pending = Some(d);
+                } else if d.kind == Kind::SuccessorKill
+                    && self.live_successor().is_none()
+                    && awaiting_successor.get_or_insert(now).elapsed() < TIMING.lease * 2
+                {
+                    // Wait (two lease durations at most) for a live
+                    // successor to be named: skipped, this fault would
+                    // too often not happen at all.
+                    pending = Some(d);
                 } else {
+                    awaiting_successor = None;
                     next = now + d.pause;
                     self.inject(d).await;
                 }
@@ -944,10 +982,26 @@ impl Chaos {
                     None
                 } else {
                     let rv = self.api.resource_version();
+                    let before = self.api.lease(LEASE);
                     self.api.shutdown().await;
                     // The fake's restart keeps the store and cuts everything.
                     assert_eq!(self.api.open_watches(None), 0, "shutdown cuts every watch");
-                    assert_eq!(self.api.resource_version(), rv, "the store is kept");
+                    // A write already admitted may land while the server
+                    // stops (a renew or a successor claim in flight): the
+                    // store is kept, never reset, and from here nothing
+                    // writes until the restart (checked when it heals).
+                    let down_rv = self.api.resource_version();
+                    if down_rv != rv {
+                        let after = self.api.lease(LEASE);
+                        eprintln!(
+                            "chaos: a write landed while the API server stopped (rv {rv} -> \
+                             {down_rv}): {:?} -> {:?}",
+                            before.as_ref().map(|l| (&l["spec"], &l["metadata"]["annotations"])),
+                            after.as_ref().map(|l| (&l["spec"], &l["metadata"]["annotations"])),
+                        );
+                    }
+                    assert!(down_rv >= rv, "the store is kept: rv {rv} -> {down_rv}");
+                    self.api_down_rv = down_rv;
                     self.api_down = true;
                     let down = secs(0.2 + d.frac * 5.8);
                     Some((format!("down {down:?}"), Some(down), Some(Heal::ApiRestart)))
@@ -1055,15 +1109,21 @@ impl Chaos {
     /// SIGKILL of the candidate the Lease names successor; variant 1 then
     /// SIGTERMs the leader at once, variant 2 SIGKILLs it (the successor's
     /// crash found out at the hand-over, or at the expiry).
+    /// The running candidate the Lease names successor, other than the
+    /// holder.
+    fn live_successor(&self) -> Option<usize> {
+        let lease = self.api.lease(LEASE)?;
+        let holder = lease_holder(&lease);
+        successor_of(&lease)
+            .filter(|s| Some(s) != holder.as_ref())
+            .and_then(|s| self.running(&s))
+    }
+
     async fn kill_successor(&mut self, d: &Draw) {
         let lease = self.api.lease(LEASE);
         let holder = lease.as_ref().and_then(lease_holder);
         let named = lease.as_ref().and_then(successor_of);
-        let Some(s) = named
-            .as_deref()
-            .filter(|s| Some(*s) != holder.as_deref())
-            .and_then(|s| self.running(s))
-        else {
+        let Some(s) = self.live_successor() else {
             self.skipped += 1;
             self.successor.kills_skipped += 1;
             eprintln!(
@@ -1089,7 +1149,8 @@ impl Chaos {
             Some(Heal::Restart(s)),
         );
         let leader = holder.as_deref().and_then(|h| self.running(h));
-        let what = match (d.variant, leader) {
+        let variant = least_used(d.variant, &KILL_VARIANTS, &self.successor.kills);
+        let what = match (variant, leader) {
             (1, Some(l)) => {
                 let member = &mut self.members[l];
                 if let Some(sidecar) = &member.sidecar {
@@ -1110,7 +1171,7 @@ impl Chaos {
                     None,
                     Some(Heal::AfterExit(l)),
                 );
-                "then the leader SIGTERMed"
+                KILL_VARIANTS[1]
             }
             (2, Some(l)) => {
                 self.mark_ended(l, End::Killed, Instant::now());
@@ -1129,9 +1190,9 @@ impl Chaos {
                     Some(down),
                     Some(Heal::Restart(l)),
                 );
-                "then the leader SIGKILLed"
+                KILL_VARIANTS[2]
             }
-            _ => "alone",
+            _ => KILL_VARIANTS[0],
         };
         *self.successor.kills.entry(what).or_default() += 1;
     }
@@ -1143,16 +1204,18 @@ impl Chaos {
         let lease = self.api.lease(LEASE);
         let holder = lease.as_ref().and_then(lease_holder);
         let named = lease.as_ref().and_then(successor_of);
-        let (what, to) = match d.variant {
-            0 => ("to the successor", None),
+        let variant = least_used(d.variant, &HANDOVER_VARIANTS, &self.successor.completed);
+        let what = HANDOVER_VARIANTS[variant as usize];
+        let to = match variant {
+            0 => None,
             1 => {
                 let Some(peer) = self.live_peer(d.index, holder.as_deref()) else {
                     self.skipped += 1;
                     return;
                 };
-                ("to a live peer", Some(NAMES[peer].to_owned()))
+                Some(NAMES[peer].to_owned())
             }
-            _ => ("to a ghost", Some(format!("ghost-{}", self.spans.len()))),
+            _ => Some(format!("ghost-{}", self.spans.len())),
         };
         let span = self.record(
             Kind::Handover.name(),
@@ -1164,7 +1227,7 @@ impl Chaos {
             None,
         );
         *self.successor.requested.entry(what).or_default() += 1;
-        self.launch_handover(span, true, to);
+        self.launch_handover(span, true, what, to);
     }
 
     /// SIGSTOP of a candidate (the successor if one is named and live, else
@@ -1199,16 +1262,19 @@ impl Chaos {
             Some(stopped),
             Some(Heal::Cont(i)),
         );
-        *self
-            .successor
-            .requested
-            .entry("to a stopped peer")
-            .or_default() += 1;
-        self.launch_handover(span, false, Some(NAMES[i].to_owned()));
+        let what = "to a stopped peer";
+        *self.successor.requested.entry(what).or_default() += 1;
+        self.launch_handover(span, false, what, Some(NAMES[i].to_owned()));
     }
 
     /// Runs the real `leader-gate handover` as its own process.
-    fn launch_handover(&mut self, span: usize, owns_span: bool, to: Option<String>) {
+    fn launch_handover(
+        &mut self,
+        span: usize,
+        owns_span: bool,
+        what: &'static str,
+        to: Option<String>,
+    ) {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leader-gate"));
         command
             .args([
@@ -1228,6 +1294,7 @@ impl Chaos {
         self.handovers.push(PendingHandover {
             span,
             owns_span,
+            what,
             task,
         });
     }
@@ -1247,6 +1314,7 @@ impl Chaos {
             let outcome = match output {
                 Ok(output) if output.status.success() => {
                     let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+                    *self.successor.completed.entry(pending.what).or_default() += 1;
                     if line.contains("did not take over") {
                         self.successor.by_fallback += 1;
                     } else {
@@ -1321,7 +1389,17 @@ impl Chaos {
                 self.spans[active.span].healed = Some(Instant::now());
             }
             Heal::ApiRestart => {
+                assert_eq!(
+                    self.api.resource_version(),
+                    self.api_down_rv,
+                    "nothing writes while the API server is down"
+                );
                 self.api.restart().await;
+                assert_eq!(
+                    self.api.resource_version(),
+                    self.api_down_rv,
+                    "the store is kept"
+                );
                 self.api_down = false;
                 self.spans[active.span].healed = Some(Instant::now());
             }
@@ -1556,7 +1634,7 @@ impl Chaos {
              starts blind to a just-deleted Lease (counted apart, see history.rs): {blind:?}\n\
              longest leaderless gap after healing: {gap} (bound {bound:?}); longest gap overall: {raw}\n\
              successor crashes: {kills} {kill_kinds:?} (skipped, no live successor named: {kills_skipped})\n\
-             hand-overs: asked {asked} {asked_kinds:?}; taken by the one asked {by_target}, by the fallback {by_fallback}; \
+             hand-overs: asked {asked} {asked_kinds:?}, completed {completed:?}: taken by the one asked {by_target}, by the fallback {by_fallback}; \
              refused {refused} {refusals:?}\n\
              violations: {violations}",
             kills = self.successor.kills.values().sum::<usize>(),
@@ -1564,6 +1642,7 @@ impl Chaos {
             kills_skipped = self.successor.kills_skipped,
             asked = self.successor.requested.values().sum::<usize>(),
             asked_kinds = self.successor.requested,
+            completed = self.successor.completed,
             by_target = self.successor.by_target,
             by_fallback = self.successor.by_fallback,
             refused = self.successor.refused.len(),
