@@ -36,10 +36,12 @@
 //! an operator's `leader-gate handover` (the real binary, run as a separate
 //! process: to the successor, to a live candidate, to an identity that does
 //! not exist), and a hand-over to a candidate SIGSTOPped first (SIGCONT
-//! later). A hand-over never suspends the gap check: by design it leaves
-//! the group leaderless no longer than an expiry. The run fails if it
-//! killed no successor or completed no hand-over, so these faults cannot
-//! silently not happen. Clock faults are not injected: the process has no clock
+//! later). A successor kill waits up to two lease durations for a live
+//! successor to be named; variants go to the one done least so far. A
+//! hand-over never suspends the gap check: by design it leaves the group
+//! leaderless no longer than an expiry. The run fails if it killed no
+//! successor or completed no hand-over, so these faults cannot silently not
+//! happen; the summary counts both. Clock faults are not injected: the process has no clock
 //! seam a test can reach from outside (they are covered by the state-machine
 //! tests through the clock seam).
 
@@ -350,7 +352,7 @@ const KINDS: &[(Kind, u32)] = &[
     (Kind::Delete, 5),
     (Kind::ApiRestart, 5),
     (Kind::RotateToken, 3),
-    (Kind::SuccessorKill, 12),
+    (Kind::SuccessorKill, 14),
     (Kind::Handover, 12),
     (Kind::HandoverStopped, 5),
 ];
@@ -526,13 +528,23 @@ const KILL_VARIANTS: [&str; 3] = [
 /// `leader-gate handover` (variant 0, 1, 2).
 const HANDOVER_VARIANTS: [&str; 3] = ["to the successor", "to a live peer", "to a ghost"];
 
-/// The variant done least so far (by `done`), ties broken from the drawn
-/// one on: a short run still covers every variant, and the choice is still
-/// fixed by the seed and what happened before.
-fn least_used(drawn: u32, variants: &[&'static str; 3], done: &BTreeMap<&str, usize>) -> u32 {
+/// The variant done least so far (by `done`), ties broken against `last`
+/// and then from the drawn one on: a short run still covers every variant,
+/// and the choice is still fixed by the seed and what happened before.
+fn least_used(
+    drawn: u32,
+    variants: &[&'static str; 3],
+    done: &BTreeMap<&str, usize>,
+    last: Option<u32>,
+) -> u32 {
     (0..3)
         .map(|k| (drawn + k) % 3)
-        .min_by_key(|&v| done.get(variants[v as usize]).copied().unwrap_or(0))
+        .min_by_key(|&v| {
+            (
+                done.get(variants[v as usize]).copied().unwrap_or(0),
+                Some(v) == last,
+            )
+        })
         .unwrap_or(drawn)
 }
 
@@ -996,8 +1008,12 @@ impl Chaos {
                         eprintln!(
                             "chaos: a write landed while the API server stopped (rv {rv} -> \
                              {down_rv}): {:?} -> {:?}",
-                            before.as_ref().map(|l| (&l["spec"], &l["metadata"]["annotations"])),
-                            after.as_ref().map(|l| (&l["spec"], &l["metadata"]["annotations"])),
+                            before
+                                .as_ref()
+                                .map(|l| (&l["spec"], &l["metadata"]["annotations"])),
+                            after
+                                .as_ref()
+                                .map(|l| (&l["spec"], &l["metadata"]["annotations"])),
                         );
                     }
                     assert!(down_rv >= rv, "the store is kept: rv {rv} -> {down_rv}");
@@ -1149,7 +1165,8 @@ impl Chaos {
             Some(Heal::Restart(s)),
         );
         let leader = holder.as_deref().and_then(|h| self.running(h));
-        let variant = least_used(d.variant, &KILL_VARIANTS, &self.successor.kills);
+        // The kills just before the leader stops first: they are the point.
+        let variant = least_used(d.variant, &KILL_VARIANTS, &self.successor.kills, Some(0));
         let what = match (variant, leader) {
             (1, Some(l)) => {
                 let member = &mut self.members[l];
@@ -1204,7 +1221,12 @@ impl Chaos {
         let lease = self.api.lease(LEASE);
         let holder = lease.as_ref().and_then(lease_holder);
         let named = lease.as_ref().and_then(successor_of);
-        let variant = least_used(d.variant, &HANDOVER_VARIANTS, &self.successor.completed);
+        let variant = least_used(
+            d.variant,
+            &HANDOVER_VARIANTS,
+            &self.successor.completed,
+            None,
+        );
         let what = HANDOVER_VARIANTS[variant as usize];
         let to = match variant {
             0 => None,
