@@ -40,8 +40,9 @@
 //! successor to be named; variants go to the one done least so far. A
 //! hand-over never suspends the gap check: by design it leaves the group
 //! leaderless no longer than an expiry. The run fails if it killed no
-//! successor or completed no hand-over, so these faults cannot silently not
-//! happen; the summary counts both. Clock faults are not injected: the process has no clock
+//! successor or saw no hand-over, so these faults cannot silently not
+//! happen (a hand-over: a holder stopped with `handover-requested` and the
+//! candidate asked for took over); the summary counts both. Clock faults are not injected: the process has no clock
 //! seam a test can reach from outside (they are covered by the state-machine
 //! tests through the clock seam).
 
@@ -1582,13 +1583,29 @@ impl Chaos {
                 ),
             });
         }
-        if self.successor.by_target + self.successor.by_fallback == 0 {
+        // A new holder after a request may be another fault's doing: a
+        // hand-over happened when a holder stepped down on the request and
+        // the candidate asked for took over.
+        let stepped_down = history
+            .events
+            .iter()
+            .filter(|e| {
+                matches!(&e.message, Message::Stopped { reason }
+                    if reason.as_deref() == Some("handover-requested"))
+            })
+            .count();
+        if stepped_down == 0 || self.successor.by_target == 0 {
             verdict.violations.push(Violation {
                 at: end,
                 rule: "unexercised",
                 detail: format!(
-                    "no hand-over completed (asked for {:?}; refused {:?})",
-                    self.successor.requested, self.successor.refused
+                    "no hand-over happened: {stepped_down} stopped-leading handover-requested, \
+                     {} taken by the candidate asked for (asked for {:?}; completed {:?}; \
+                     refused {:?})",
+                    self.successor.by_target,
+                    self.successor.requested,
+                    self.successor.completed,
+                    self.successor.refused
                 ),
             });
         }
