@@ -27,13 +27,29 @@
 //! a live peer, a holder cleared without the release mark), Lease deletion,
 //! a restart of the fake API server (store kept, every connection and watch
 //! cut) and token rotation. Each heals after a bounded time; at most two are
-//! active at once. Clock faults are not injected: the process has no clock
+//! active at once.
+//!
+//! Named successor (issue 13): the candidates claim the successor slot
+//! within [`CLAIM_WINDOW`], so a successor is named most of the run, and
+//! three kinds of fault aim at it: SIGKILL of the candidate the Lease names
+//! successor (alone, or just before the leader is SIGTERMed or SIGKILLed),
+//! an operator's `leader-gate handover` (the real binary, run as a separate
+//! process: to the successor, to a live candidate, to an identity that does
+//! not exist), and a hand-over to a candidate SIGSTOPped first (SIGCONT
+//! later). A successor kill waits up to two lease durations for a live
+//! successor to be named; variants go to the one done least so far. A
+//! hand-over never suspends the gap check: by design it leaves the group
+//! leaderless no longer than an expiry. The run fails if it killed no
+//! successor or saw no hand-over, so these faults cannot silently not
+//! happen (a hand-over: a holder stopped with `handover-requested` and the
+//! candidate asked for took over); the summary counts both. Clock faults are not injected: the process has no clock
 //! seam a test can reach from outside (they are covered by the state-machine
 //! tests through the clock seam).
 
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,6 +75,12 @@ const EPSILON: Duration = Duration::from_secs(1);
 /// How often each instance's `/leader` is sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(20);
 const DEFAULT_SECS: u64 = 75;
+/// `--successor-claim-window`: claims land within [retry, window] of a new
+/// term, so most faults find a successor named.
+const CLAIM_WINDOW: &str = "3s";
+const SUCCESSOR: &str = "leader-gate.dev/successor";
+/// `leader-gate handover --timeout`: shorter than the quiet period at the end.
+const HANDOVER_TIMEOUT: &str = "10s";
 
 fn bounds() -> Bounds {
     Bounds {
@@ -309,6 +331,9 @@ enum Kind {
     Delete,
     ApiRestart,
     RotateToken,
+    SuccessorKill,
+    Handover,
+    HandoverStopped,
 }
 
 /// Kinds and their weights.
@@ -328,6 +353,9 @@ const KINDS: &[(Kind, u32)] = &[
     (Kind::Delete, 5),
     (Kind::ApiRestart, 5),
     (Kind::RotateToken, 3),
+    (Kind::SuccessorKill, 14),
+    (Kind::Handover, 12),
+    (Kind::HandoverStopped, 5),
 ];
 
 impl Kind {
@@ -348,6 +376,9 @@ impl Kind {
             Kind::Delete => LEASE_DELETED,
             Kind::ApiRestart => "apiserver-restart",
             Kind::RotateToken => "token-rotation",
+            Kind::SuccessorKill => "successor-sigkill",
+            Kind::Handover => "handover",
+            Kind::HandoverStopped => "handover-to-stopped",
         }
     }
 
@@ -373,11 +404,15 @@ impl Kind {
     /// See rule 2 of the history checker: faults that by design never delay
     /// a takeover by the healthy peers do not suspend the gap check.
     fn suspends_gap_check(self) -> bool {
-        !matches!(self, Kind::DropWatches | Kind::Gone | Kind::RotateToken)
+        !matches!(
+            self,
+            Kind::DropWatches | Kind::Gone | Kind::RotateToken | Kind::Handover
+        )
     }
 }
 
 /// One decision, drawn the same way whatever the cluster's state.
+#[derive(Clone, Copy)]
 struct Draw {
     kind: Kind,
     index: usize,
@@ -452,6 +487,80 @@ struct Active {
     heal: Heal,
 }
 
+/// An operator's `leader-gate handover`, running as its own process.
+struct PendingHandover {
+    /// The span it reports its outcome on.
+    span: usize,
+    /// Whether the span is the hand-over's own (healed when it returns) or
+    /// the SIGSTOP's it came with (healed by the SIGCONT).
+    owns_span: bool,
+    /// Which kind of hand-over.
+    what: &'static str,
+    task: JoinHandle<std::io::Result<std::process::Output>>,
+}
+
+/// What the named-successor faults did, for the summary and the check that
+/// they happened at all.
+#[derive(Default)]
+struct SuccessorStats {
+    /// SIGKILLs of the named successor, by what followed.
+    kills: BTreeMap<&'static str, usize>,
+    /// Successor kills not done: no live candidate other than the holder
+    /// was named.
+    kills_skipped: usize,
+    /// Hand-overs asked for, by kind.
+    requested: BTreeMap<&'static str, usize>,
+    /// `leader-gate handover` returned 0: the one asked for took over ...
+    by_target: usize,
+    /// ... or another candidate did ("the fallback did").
+    by_fallback: usize,
+    /// Hand-overs that returned 0, by kind.
+    completed: BTreeMap<&'static str, usize>,
+    /// It returned non-zero (its message).
+    refused: Vec<String>,
+}
+
+/// What follows a successor's SIGKILL (variant 0, 1, 2).
+const KILL_VARIANTS: [&str; 3] = [
+    "alone",
+    "then the leader SIGTERMed",
+    "then the leader SIGKILLed",
+];
+/// `leader-gate handover` (variant 0, 1, 2).
+const HANDOVER_VARIANTS: [&str; 3] = ["to the successor", "to a live peer", "to a ghost"];
+
+/// The variant done least so far (by `done`), ties broken against `last`
+/// and then from the drawn one on: a short run still covers every variant,
+/// and the choice is still fixed by the seed and what happened before.
+fn least_used(
+    drawn: u32,
+    variants: &[&'static str; 3],
+    done: &BTreeMap<&str, usize>,
+    last: Option<u32>,
+) -> u32 {
+    (0..3)
+        .map(|k| (drawn + k) % 3)
+        .min_by_key(|&v| {
+            (
+                done.get(variants[v as usize]).copied().unwrap_or(0),
+                Some(v) == last,
+            )
+        })
+        .unwrap_or(drawn)
+}
+
+/// The successor the Lease names, if any.
+fn successor_of(lease: &Value) -> Option<String> {
+    lease
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            SUCCESSOR.replace('/', "~1")
+        ))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
 struct Chaos {
     seed: u64,
     api: FakeApiServer,
@@ -464,10 +573,16 @@ struct Chaos {
     counts: BTreeMap<&'static str, usize>,
     skipped: usize,
     api_down: bool,
+    /// The store's resource version once the API server had stopped.
+    api_down_rv: u64,
     origin: Instant,
     check_from: Instant,
     violations: Vec<Violation>,
     tasks: Vec<JoinHandle<()>>,
+    /// The operator's kubeconfig (a client of its own, never faulted).
+    operator: PathBuf,
+    handovers: Vec<PendingHandover>,
+    successor: SuccessorStats,
 }
 
 // === impl Chaos ===
@@ -477,6 +592,7 @@ impl Chaos {
         let origin = Instant::now();
         let api = FakeApiServer::start(NAMESPACE, LEASE).await;
         let dir = test_dir(&format!("chaos-{seed}"));
+        let operator = api.write_kubeconfig("operator", &dir);
         let rec = Arc::new(Recorder::default());
         rec.wall.lock().unwrap().calibrate();
         let mut chaos = Chaos {
@@ -501,10 +617,14 @@ impl Chaos {
             counts: BTreeMap::new(),
             skipped: 0,
             api_down: false,
+            api_down_rv: 0,
             origin,
             check_from: origin,
             violations: Vec::new(),
             tasks: Vec::new(),
+            operator,
+            handovers: Vec::new(),
+            successor: SuccessorStats::default(),
         };
         chaos.tasks.push(tokio::spawn(calibrate(rec.clone())));
         for name in NAMES {
@@ -560,7 +680,7 @@ impl Chaos {
                 name,
                 &format!("{name}.{number}.log"),
                 TIMING,
-                &[],
+                &["--successor-claim-window", CLAIM_WINDOW],
             )
         })
         .await
@@ -618,8 +738,11 @@ impl Chaos {
         let chaos_end = Instant::now() + duration;
         let mut next = Instant::now() + Duration::from_secs(2);
         let mut pending: Option<Draw> = None;
+        // Since when a successor's SIGKILL waits for a successor to be named.
+        let mut awaiting_successor: Option<Instant> = None;
         loop {
             self.poll_processes().await;
+            self.poll_handovers(false).await;
             self.heal_due().await;
             let now = Instant::now();
             if now >= chaos_end {
@@ -631,7 +754,16 @@ impl Chaos {
                 if self.active.len() >= d.max_active {
                     // Wait for a heal; the same decision is taken then.
                     pending = Some(d);
+                } else if d.kind == Kind::SuccessorKill
+                    && self.live_successor().is_none()
+                    && awaiting_successor.get_or_insert(now).elapsed() < TIMING.lease * 2
+                {
+                    // Wait (two lease durations at most) for a live
+                    // successor to be named: skipped, this fault would
+                    // too often not happen at all.
+                    pending = Some(d);
                 } else {
+                    awaiting_successor = None;
                     next = now + d.pause;
                     self.inject(d).await;
                 }
@@ -646,11 +778,18 @@ impl Chaos {
         let quiet_end = Instant::now() + bounds().max_gap() * 2;
         while Instant::now() < quiet_end {
             self.poll_processes().await;
+            self.poll_handovers(false).await;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     async fn inject(&mut self, d: Draw) {
+        match d.kind {
+            Kind::SuccessorKill => return self.kill_successor(&d).await,
+            Kind::Handover => return self.request_handover(&d),
+            Kind::HandoverStopped => return self.handover_to_stopped(&d),
+            _ => {}
+        }
         let start = if d.aim_at_leader {
             self.holder_index().unwrap_or(d.index)
         } else {
@@ -856,10 +995,30 @@ impl Chaos {
                     None
                 } else {
                     let rv = self.api.resource_version();
+                    let before = self.api.lease(LEASE);
                     self.api.shutdown().await;
                     // The fake's restart keeps the store and cuts everything.
                     assert_eq!(self.api.open_watches(None), 0, "shutdown cuts every watch");
-                    assert_eq!(self.api.resource_version(), rv, "the store is kept");
+                    // A write already admitted may land while the server
+                    // stops (a renew or a successor claim in flight): the
+                    // store is kept, never reset, and from here nothing
+                    // writes until the restart (checked when it heals).
+                    let down_rv = self.api.resource_version();
+                    if down_rv != rv {
+                        let after = self.api.lease(LEASE);
+                        eprintln!(
+                            "chaos: a write landed while the API server stopped (rv {rv} -> \
+                             {down_rv}): {:?} -> {:?}",
+                            before
+                                .as_ref()
+                                .map(|l| (&l["spec"], &l["metadata"]["annotations"])),
+                            after
+                                .as_ref()
+                                .map(|l| (&l["spec"], &l["metadata"]["annotations"])),
+                        );
+                    }
+                    assert!(down_rv >= rv, "the store is kept: rv {rv} -> {down_rv}");
+                    self.api_down_rv = down_rv;
                     self.api_down = true;
                     let down = secs(0.2 + d.frac * 5.8);
                     Some((format!("down {down:?}"), Some(down), Some(Heal::ApiRestart)))
@@ -868,6 +1027,9 @@ impl Chaos {
             Kind::RotateToken => {
                 self.api.rotate_token(name);
                 Some(("token rotated".to_owned(), None, None))
+            }
+            Kind::SuccessorKill | Kind::Handover | Kind::HandoverStopped => {
+                unreachable!("injected above")
             }
         };
         let Some((detail, heal_after, heal)) = plan else {
@@ -905,6 +1067,307 @@ impl Chaos {
                 heal_at: heal_after.map(|t| now + t),
                 heal,
             });
+        }
+    }
+
+    /// Records an injected fault (`healed`: `Some(now)` for an instant one,
+    /// `None` until it heals) and schedules its heal.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        kind: &'static str,
+        target: &str,
+        detail: String,
+        suspends_gap_check: bool,
+        healed: Option<Instant>,
+        heal_after: Option<Duration>,
+        heal: Option<Heal>,
+    ) -> usize {
+        let now = Instant::now();
+        *self.counts.entry(kind).or_default() += 1;
+        let span = self.spans.len();
+        self.spans.push(FaultSpan {
+            kind: kind.to_owned(),
+            target: target.to_owned(),
+            detail,
+            injected: now,
+            healed,
+            suspends_gap_check,
+        });
+        eprintln!(
+            "chaos {}: {kind} on {target} ({})",
+            rel(self.origin, now),
+            self.spans[span].detail
+        );
+        if let Some(heal) = heal {
+            self.active.push(Active {
+                span,
+                heal_at: heal_after.map(|t| now + t),
+                heal,
+            });
+        }
+        span
+    }
+
+    fn running(&self, name: &str) -> Option<usize> {
+        NAMES
+            .iter()
+            .position(|n| *n == name)
+            .filter(|&i| self.members[i].state == Proc::Running)
+    }
+
+    /// A running candidate other than `holder`, the first from `index` on.
+    fn live_peer(&self, index: usize, holder: Option<&str>) -> Option<usize> {
+        (0..NAMES.len())
+            .map(|k| (index + k) % NAMES.len())
+            .find(|&i| self.members[i].state == Proc::Running && Some(NAMES[i]) != holder)
+    }
+
+    /// SIGKILL of the candidate the Lease names successor; variant 1 then
+    /// SIGTERMs the leader at once, variant 2 SIGKILLs it (the successor's
+    /// crash found out at the hand-over, or at the expiry).
+    /// The running candidate the Lease names successor, other than the
+    /// holder.
+    fn live_successor(&self) -> Option<usize> {
+        let lease = self.api.lease(LEASE)?;
+        let holder = lease_holder(&lease);
+        successor_of(&lease)
+            .filter(|s| Some(s) != holder.as_ref())
+            .and_then(|s| self.running(&s))
+    }
+
+    async fn kill_successor(&mut self, d: &Draw) {
+        let lease = self.api.lease(LEASE);
+        let holder = lease.as_ref().and_then(lease_holder);
+        let named = lease.as_ref().and_then(successor_of);
+        let Some(s) = self.live_successor() else {
+            self.skipped += 1;
+            self.successor.kills_skipped += 1;
+            eprintln!(
+                "chaos {}: successor-sigkill skipped (holder {holder:?}, successor {named:?})",
+                rel(self.origin, Instant::now())
+            );
+            return;
+        };
+        self.mark_ended(s, End::Killed, Instant::now());
+        if let Some(sidecar) = &mut self.members[s].sidecar {
+            sidecar.signal(libc::SIGKILL);
+            sidecar.wait_exit(Duration::from_secs(5)).await;
+        }
+        self.members[s].state = Proc::Down;
+        let down = secs(0.2 + d.frac * 5.8);
+        self.record(
+            Kind::SuccessorKill.name(),
+            NAMES[s],
+            format!("the successor of {holder:?}, down {down:?}"),
+            true,
+            None,
+            Some(down),
+            Some(Heal::Restart(s)),
+        );
+        let leader = holder.as_deref().and_then(|h| self.running(h));
+        // The kills just before the leader stops first: they are the point.
+        let variant = least_used(d.variant, &KILL_VARIANTS, &self.successor.kills, Some(0));
+        let what = match (variant, leader) {
+            (1, Some(l)) => {
+                let member = &mut self.members[l];
+                if let Some(sidecar) = &member.sidecar {
+                    sidecar.signal(libc::SIGTERM);
+                }
+                member.state = Proc::Terminating(Instant::now());
+                member.down_for = secs(d.frac * 3.0);
+                let detail = format!(
+                    "the leader, just after its successor's SIGKILL; down {:?} after the exit",
+                    member.down_for
+                );
+                self.record(
+                    Kind::Term.name(),
+                    NAMES[l],
+                    detail,
+                    true,
+                    None,
+                    None,
+                    Some(Heal::AfterExit(l)),
+                );
+                KILL_VARIANTS[1]
+            }
+            (2, Some(l)) => {
+                self.mark_ended(l, End::Killed, Instant::now());
+                if let Some(sidecar) = &mut self.members[l].sidecar {
+                    sidecar.signal(libc::SIGKILL);
+                    sidecar.wait_exit(Duration::from_secs(5)).await;
+                }
+                self.members[l].state = Proc::Down;
+                let down = secs(0.2 + (1.0 - d.frac) * 5.8);
+                self.record(
+                    Kind::Kill.name(),
+                    NAMES[l],
+                    format!("the leader, just after its successor's SIGKILL; down {down:?}"),
+                    true,
+                    None,
+                    Some(down),
+                    Some(Heal::Restart(l)),
+                );
+                KILL_VARIANTS[2]
+            }
+            _ => KILL_VARIANTS[0],
+        };
+        *self.successor.kills.entry(what).or_default() += 1;
+    }
+
+    /// `leader-gate handover`: variant 0 to the successor (no `--to`), 1 to
+    /// a live candidate other than the holder, 2 to an identity that does
+    /// not exist.
+    fn request_handover(&mut self, d: &Draw) {
+        let lease = self.api.lease(LEASE);
+        let holder = lease.as_ref().and_then(lease_holder);
+        let named = lease.as_ref().and_then(successor_of);
+        let variant = least_used(
+            d.variant,
+            &HANDOVER_VARIANTS,
+            &self.successor.completed,
+            None,
+        );
+        let what = HANDOVER_VARIANTS[variant as usize];
+        let to = match variant {
+            0 => None,
+            1 => {
+                let Some(peer) = self.live_peer(d.index, holder.as_deref()) else {
+                    self.skipped += 1;
+                    return;
+                };
+                Some(NAMES[peer].to_owned())
+            }
+            _ => Some(format!("ghost-{}", self.spans.len())),
+        };
+        let span = self.record(
+            Kind::Handover.name(),
+            to.as_deref().unwrap_or("(successor)"),
+            format!("{what}; holder {holder:?}, successor {named:?}"),
+            Kind::Handover.suspends_gap_check(),
+            None,
+            None,
+            None,
+        );
+        *self.successor.requested.entry(what).or_default() += 1;
+        self.launch_handover(span, true, what, to);
+    }
+
+    /// SIGSTOP of a candidate (the successor if one is named and live, else
+    /// a live peer of the holder), then a hand-over to it; SIGCONT after
+    /// more than a lease duration.
+    fn handover_to_stopped(&mut self, d: &Draw) {
+        let lease = self.api.lease(LEASE);
+        let holder = lease.as_ref().and_then(lease_holder);
+        let named = lease.as_ref().and_then(successor_of);
+        let target = named
+            .as_deref()
+            .filter(|s| Some(*s) != holder.as_deref())
+            .and_then(|s| self.running(s))
+            .or_else(|| self.live_peer(d.index, holder.as_deref()));
+        let Some(i) = target else {
+            self.skipped += 1;
+            return;
+        };
+        if let Some(s) = &self.members[i].sidecar {
+            s.signal(libc::SIGSTOP);
+        }
+        self.members[i].state = Proc::Stopped;
+        let stopped = secs(TIMING.lease.as_secs_f64() + 0.5 + d.frac * TIMING.lease.as_secs_f64());
+        let span = self.record(
+            Kind::HandoverStopped.name(),
+            NAMES[i],
+            format!(
+                "stopped {stopped:?}, then asked to take over from {holder:?} (successor {named:?})"
+            ),
+            Kind::HandoverStopped.suspends_gap_check(),
+            None,
+            Some(stopped),
+            Some(Heal::Cont(i)),
+        );
+        let what = "to a stopped peer";
+        *self.successor.requested.entry(what).or_default() += 1;
+        self.launch_handover(span, false, what, Some(NAMES[i].to_owned()));
+    }
+
+    /// Runs the real `leader-gate handover` as its own process.
+    fn launch_handover(
+        &mut self,
+        span: usize,
+        owns_span: bool,
+        what: &'static str,
+        to: Option<String>,
+    ) {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leader-gate"));
+        command
+            .args([
+                "handover",
+                "--lease-name",
+                LEASE,
+                "--lease-namespace",
+                NAMESPACE,
+                "--timeout",
+                HANDOVER_TIMEOUT,
+            ])
+            .args(to.iter().flat_map(|to| ["--to", to.as_str()]))
+            .env("KUBECONFIG", &self.operator)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let task = tokio::spawn(async move { command.output().await });
+        self.handovers.push(PendingHandover {
+            span,
+            owns_span,
+            what,
+            task,
+        });
+    }
+
+    /// Collects the outcome of every `leader-gate handover` that returned
+    /// (all of them with `wait`).
+    async fn poll_handovers(&mut self, wait: bool) {
+        let mut k = 0;
+        while k < self.handovers.len() {
+            if !wait && !self.handovers[k].task.is_finished() {
+                k += 1;
+                continue;
+            }
+            let pending = self.handovers.remove(k);
+            let output = pending.task.await.expect("the hand-over task");
+            let now = Instant::now();
+            let outcome = match output {
+                Ok(output) if output.status.success() => {
+                    let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+                    *self.successor.completed.entry(pending.what).or_default() += 1;
+                    if line.contains("did not take over") {
+                        self.successor.by_fallback += 1;
+                    } else {
+                        self.successor.by_target += 1;
+                    }
+                    line
+                }
+                Ok(output) => {
+                    let line = format!(
+                        "{}: {}",
+                        output.status,
+                        String::from_utf8_lossy(&output.stderr).trim()
+                    );
+                    self.successor.refused.push(line.clone());
+                    line
+                }
+                Err(error) => panic!("cannot run leader-gate handover: {error}"),
+            };
+            let span = &mut self.spans[pending.span];
+            let _ = write!(span.detail, " => {outcome}");
+            if pending.owns_span {
+                span.healed = Some(now);
+            }
+            eprintln!(
+                "chaos {}: {} on {} returned after {:?}: {outcome}",
+                rel(self.origin, now),
+                span.kind,
+                span.target,
+                now - span.injected
+            );
         }
     }
 
@@ -949,7 +1412,17 @@ impl Chaos {
                 self.spans[active.span].healed = Some(Instant::now());
             }
             Heal::ApiRestart => {
+                assert_eq!(
+                    self.api.resource_version(),
+                    self.api_down_rv,
+                    "nothing writes while the API server is down"
+                );
                 self.api.restart().await;
+                assert_eq!(
+                    self.api.resource_version(),
+                    self.api_down_rv,
+                    "the store is kept"
+                );
                 self.api_down = false;
                 self.spans[active.span].healed = Some(Instant::now());
             }
@@ -1037,6 +1510,7 @@ impl Chaos {
 
     /// The end: liveness checks on the live cluster, then the history check.
     async fn finish(mut self) {
+        self.poll_handovers(true).await;
         // Every process healthy, exactly one leader, and every follower
         // names it — within one more gap bound, or something is wedged.
         let deadline = Instant::now() + bounds().max_gap();
@@ -1096,6 +1570,45 @@ impl Chaos {
         let history = self.history(end);
         let mut verdict = check(&history, &bounds());
         verdict.violations.extend(self.violations.iter().cloned());
+        // The named-successor faults happened: a run without them proves
+        // nothing about them.
+        let kills: usize = self.successor.kills.values().sum();
+        if kills == 0 {
+            verdict.violations.push(Violation {
+                at: end,
+                rule: "unexercised",
+                detail: format!(
+                    "no named successor was SIGKILLed ({} tries found none live)",
+                    self.successor.kills_skipped
+                ),
+            });
+        }
+        // A new holder after a request may be another fault's doing: a
+        // hand-over happened when a holder stepped down on the request and
+        // the candidate asked for took over.
+        let stepped_down = history
+            .events
+            .iter()
+            .filter(|e| {
+                matches!(&e.message, Message::Stopped { reason }
+                    if reason.as_deref() == Some("handover-requested"))
+            })
+            .count();
+        if stepped_down == 0 || self.successor.by_target == 0 {
+            verdict.violations.push(Violation {
+                at: end,
+                rule: "unexercised",
+                detail: format!(
+                    "no hand-over happened: {stepped_down} stopped-leading handover-requested, \
+                     {} taken by the candidate asked for (asked for {:?}; completed {:?}; \
+                     refused {:?})",
+                    self.successor.by_target,
+                    self.successor.requested,
+                    self.successor.completed,
+                    self.successor.refused
+                ),
+            });
+        }
         verdict.violations.sort_by_key(|v| v.at);
         let summary = self.summary(&history, &verdict);
         eprintln!("{summary}");
@@ -1159,7 +1672,20 @@ impl Chaos {
              overlaps: {overlaps}\n\
              starts blind to a just-deleted Lease (counted apart, see history.rs): {blind:?}\n\
              longest leaderless gap after healing: {gap} (bound {bound:?}); longest gap overall: {raw}\n\
+             successor crashes: {kills} {kill_kinds:?} (skipped, no live successor named: {kills_skipped})\n\
+             hand-overs: asked {asked} {asked_kinds:?}, completed {completed:?}: taken by the one asked {by_target}, by the fallback {by_fallback}; \
+             refused {refused} {refusals:?}\n\
              violations: {violations}",
+            kills = self.successor.kills.values().sum::<usize>(),
+            kill_kinds = self.successor.kills,
+            kills_skipped = self.successor.kills_skipped,
+            asked = self.successor.requested.values().sum::<usize>(),
+            asked_kinds = self.successor.requested,
+            completed = self.successor.completed,
+            by_target = self.successor.by_target,
+            by_fallback = self.successor.by_fallback,
+            refused = self.successor.refused.len(),
+            refusals = self.successor.refused,
             seed = self.seed,
             blind = verdict.blind_after_deletion,
             dur = (history.end - history.check_from).as_secs_f64(),
