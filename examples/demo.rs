@@ -132,9 +132,10 @@ async fn demo() -> ExitCode {
     let dir = std::env::temp_dir().join(format!("leader-gate-demo-{}", std::process::id()));
     let mut pods = Vec::new();
     let result = run_demo(duration, &dir, &mut pods).await;
-    // Whatever happened, no sidecar outlives the demo.
+    // Whatever happened, no sidecar outlives the demo (`Child::kill` skips
+    // one already reaped, so no recycled pid is hit).
     for pod in &mut pods {
-        pod.stop(libc::SIGKILL);
+        let _ = pod.child.kill();
         let _ = pod.child.wait();
     }
     let _ = std::fs::remove_dir_all(&dir);
