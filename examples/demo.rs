@@ -11,6 +11,13 @@
 //! and kills the next one (SIGKILL: the peer waits for the lease to expire),
 //! restarting each. Then it says what to try against the sidecars, which stay
 //! up until Ctrl-C or `--duration`. It exits non-zero if it saw no hand-over.
+//!
+//! The gate ports are chosen below the kernel's ephemeral range
+//! (`/proc/sys/net/ipv4/ip_local_port_range`), so no outgoing connection can
+//! be given one while its sidecar restarts; if another program binds it
+//! anyway, the sidecar is restarted on a new port and the new address is
+//! printed. Any failure to start is one line on stderr and exit 1, not a
+//! panic.
 
 #[path = "../tests/support"]
 mod support {
@@ -18,7 +25,7 @@ mod support {
 }
 
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -43,15 +50,42 @@ const TIMING: [&str; 6] = [
     "1s",
 ];
 
+/// Hidden, for tests/cli.rs: pod-a's gate address, used as given (no other
+/// port is tried), so a test can hand it a busy one.
+const FORCE_GATE_ENV: &str = "LEADER_GATE_DEMO_GATE_A";
+/// Hidden, for tests/cli.rs: the demo itself binds each gate port before the
+/// sidecar's restart, as another program might, to exercise the rebind.
+const TAKE_PORT_ENV: &str = "LEADER_GATE_DEMO_TAKE_PORT_ON_RESTART";
+
 fn main() -> ExitCode {
     // The sidecars are this very program, run as `demo serve …`: the same
     // code as `leader-gate serve`, as real processes, without a second build.
     if std::env::args().nth(1).as_deref() == Some("serve") {
         return run_sidecar();
     }
-    tokio::runtime::Runtime::new()
-        .expect("a tokio runtime")
-        .block_on(demo())
+    // A bug is still one line and exit 1, never a backtrace and 101.
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        let at = info
+            .location()
+            .map(|l| format!(" ({}:{})", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("demo: internal error: {}{at}", message.replace('\n', " "));
+        std::process::exit(1);
+    }));
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("demo: cannot start a tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(demo())
 }
 
 /// `demo serve …`: exactly `leader-gate serve …`.
@@ -75,11 +109,16 @@ fn run_sidecar() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
-    tokio::runtime::Builder::new_current_thread()
+    match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("a tokio runtime")
-        .block_on(leader_gate::sidecar::run(config))
+    {
+        Ok(runtime) => runtime.block_on(leader_gate::sidecar::run(config)),
+        Err(error) => {
+            eprintln!("leader-gate: cannot start a tokio runtime: {error}");
+            ExitCode::from(leader_gate::exit::OSERR)
+        }
+    }
 }
 
 async fn demo() -> ExitCode {
@@ -90,16 +129,33 @@ async fn demo() -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    let binary = match sidecar_binary() {
-        Ok(binary) => binary,
-        Err(message) => {
-            eprintln!("demo: {message}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let started = Instant::now();
     let dir = std::env::temp_dir().join(format!("leader-gate-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let mut pods = Vec::new();
+    let result = run_demo(duration, &dir, &mut pods).await;
+    // Whatever happened, no sidecar outlives the demo (`Child::kill` skips
+    // one already reaped, so no recycled pid is hit).
+    for pod in &mut pods {
+        let _ = pod.child.kill();
+        let _ = pod.child.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("demo: {}", message.replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_demo(
+    duration: Option<Duration>,
+    dir: &Path,
+    pods: &mut Vec<Pod>,
+) -> Result<ExitCode, String> {
+    let binary = sidecar_binary()?;
+    let started = Instant::now();
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let api = FakeApiServer::start(NAMESPACE, LEASE).await;
     say(
         started,
@@ -111,16 +167,32 @@ async fn demo() -> ExitCode {
 
     // Terms started anywhere: every one after the first is a hand-over.
     let starts = Arc::new(AtomicUsize::new(0));
-    let mut pods: Vec<Pod> = NAMES
-        .iter()
-        .map(|name| Pod::start(&binary, &api, &dir, name, None, started))
-        .collect();
-    for pod in &pods {
-        follow(pod.name, pod.gate, started, starts.clone());
+    let mut ports = PortPicker::new();
+    let forced: Option<SocketAddr> = match std::env::var(FORCE_GATE_ENV) {
+        Ok(value) => Some(
+            value
+                .parse()
+                .map_err(|e| format!("{FORCE_GATE_ENV}={value:?}: {e}"))?,
+        ),
+        Err(_) => None,
+    };
+    for (i, name) in NAMES.iter().enumerate() {
+        let gate = match forced {
+            Some(gate) if i == 0 => gate,
+            _ => ports.next()?,
+        };
+        let pod = Pod::start(&binary, &api, dir, name, gate, started)
+            .map_err(|e| format!("{name} cannot start: {e}"))?;
+        pods.push(pod);
     }
+    for pod in pods.iter_mut() {
+        pod.follow(started, &starts);
+    }
+    let taken = std::env::var_os(TAKE_PORT_ENV).is_some();
+    let mut held = Vec::new();
 
     // Let an election happen, then a graceful hand-over, then a crash.
-    let leader = wait_for_leader(&pods, None, Duration::from_secs(20)).await;
+    let leader = wait_for_leader(pods, None, Duration::from_secs(20)).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     say(
         started,
@@ -130,8 +202,12 @@ async fn demo() -> ExitCode {
         ),
     );
     pods[leader].stop(libc::SIGTERM);
-    let next = wait_for_leader(&pods, Some(leader), Duration::from_secs(20)).await;
-    pods[leader].restart(&binary, &api, &dir, started);
+    let next = wait_for_leader(pods, Some(leader), Duration::from_secs(20)).await?;
+    let _ = pods[leader].child.wait();
+    if taken {
+        held.extend(TcpListener::bind(pods[leader].gate).ok());
+    }
+    pods[leader].restart(&binary, &api, dir, started, &mut ports, &starts)?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     say(
         started,
@@ -141,11 +217,15 @@ async fn demo() -> ExitCode {
         ),
     );
     pods[next].stop(libc::SIGKILL);
-    wait_for_leader(&pods, Some(next), Duration::from_secs(20)).await;
-    pods[next].restart(&binary, &api, &dir, started);
+    wait_for_leader(pods, Some(next), Duration::from_secs(20)).await?;
+    let _ = pods[next].child.wait();
+    if taken {
+        held.extend(TcpListener::bind(pods[next].gate).ok());
+    }
+    pods[next].restart(&binary, &api, dir, started, &mut ports, &starts)?;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    print_next_steps(&pods);
+    print_next_steps(pods);
     match duration {
         Some(duration) => {
             let left = duration.saturating_sub(started.elapsed());
@@ -158,21 +238,63 @@ async fn demo() -> ExitCode {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
-    for pod in &mut pods {
+    for pod in pods.iter_mut() {
         pod.stop(libc::SIGTERM);
     }
     // Each hands over and exits within its shutdown timeout (the gate lag,
     // 80% of the 1 s margin, plus 5 s).
-    for pod in &mut pods {
+    for pod in pods.iter_mut() {
         let _ = pod.child.wait();
     }
     let seen = starts.load(Ordering::SeqCst).saturating_sub(1);
     say(started, &format!("done: {seen} hand-overs seen"));
-    let _ = std::fs::remove_dir_all(&dir);
     if seen >= 1 {
-        ExitCode::SUCCESS
+        Ok(ExitCode::SUCCESS)
     } else {
-        ExitCode::FAILURE
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// Gate ports outside the kernel's ephemeral range: free when picked, and
+/// never handed to an outgoing connection or a `:0` bind afterwards, so a
+/// restarted sidecar finds its port again.
+struct PortPicker {
+    candidates: Vec<u16>,
+    next: usize,
+}
+
+impl PortPicker {
+    fn new() -> PortPicker {
+        let (low, high) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|text| {
+                let mut numbers = text.split_whitespace().map(str::parse::<u16>);
+                Some((numbers.next()?.ok()?, numbers.next()?.ok()?))
+            })
+            .unwrap_or((32768, 60999));
+        let mut candidates: Vec<u16> = (10000..low).chain(high.saturating_add(1)..=65535).collect();
+        if candidates.is_empty() {
+            candidates = (1025..low).collect();
+        }
+        // Start somewhere of this process's own, so two demos do not race.
+        let start = (std::process::id() as usize).wrapping_mul(7919) % candidates.len().max(1);
+        candidates.rotate_left(start);
+        PortPicker {
+            candidates,
+            next: 0,
+        }
+    }
+
+    /// The next port that binds now.
+    fn next(&mut self) -> Result<SocketAddr, String> {
+        while self.next < self.candidates.len() {
+            let addr = SocketAddr::from(([127, 0, 0, 1], self.candidates[self.next]));
+            self.next += 1;
+            if TcpListener::bind(addr).is_ok() {
+                return Ok(addr);
+            }
+        }
+        Err("no free port for a gate on 127.0.0.1".to_owned())
     }
 }
 
@@ -183,6 +305,8 @@ struct Pod {
     gate: SocketAddr,
     admin: SocketAddr,
     child: Child,
+    /// Prints its event stream; replaced if the gate moves.
+    follower: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Pod {
@@ -191,11 +315,11 @@ impl Pod {
         api: &FakeApiServer,
         dir: &Path,
         name: &'static str,
-        gate: Option<SocketAddr>,
+        gate: SocketAddr,
         started: Instant,
-    ) -> Pod {
+    ) -> Result<Pod, String> {
         let kubeconfig = api.write_kubeconfig(name, dir);
-        let gate_arg = gate.map_or("127.0.0.1:0".to_owned(), |g| g.to_string());
+        let gate_arg = gate.to_string();
         let mut child = Command::new(binary)
             .args(["serve", "--lease-name", LEASE, "--identity", name])
             .args(["--listen", &gate_arg, "--admin-listen", "127.0.0.1:0"])
@@ -209,16 +333,29 @@ impl Pod {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("start leader-gate serve");
+            .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
         // Its first lines say where it listens; later ones (warnings) are shown.
-        let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+        let Some(stderr) = child.stderr.take() else {
+            return Err("no stderr pipe".to_owned());
+        };
+        let mut lines = BufReader::new(stderr).lines();
+        let mut last = String::new();
         let (gate, admin) = loop {
-            let line = lines
-                .next()
-                .and_then(Result::ok)
-                .unwrap_or_else(|| panic!("{name} exited before listening"));
+            let Some(line) = lines.next().and_then(Result::ok) else {
+                // It exited before listening: say how, and its last word.
+                let status = child
+                    .wait()
+                    .map_or_else(|e| e.to_string(), |s| s.to_string());
+                return Err(format!(
+                    "it exited ({status}) before listening on {gate_arg}: {}",
+                    last.trim()
+                ));
+            };
             if let (Some(gate), Some(admin)) = (field(&line, "gate="), field(&line, "admin=")) {
                 break (gate, admin);
+            }
+            if !line.trim().is_empty() {
+                last = line;
             }
         };
         std::thread::spawn(move || {
@@ -234,18 +371,65 @@ impl Pod {
             started,
             &format!("started {name}: gate http://{gate}  admin http://{admin}"),
         );
-        Pod {
+        Ok(Pod {
             name,
             gate,
             admin,
             child,
-        }
+            follower: None,
+        })
     }
 
-    fn restart(&mut self, binary: &Path, api: &FakeApiServer, dir: &Path, started: Instant) {
+    /// Restarts it on its gate port; if another program took that port
+    /// meanwhile, on a new one, and says so.
+    fn restart(
+        &mut self,
+        binary: &Path,
+        api: &FakeApiServer,
+        dir: &Path,
+        started: Instant,
+        ports: &mut PortPicker,
+        starts: &Arc<AtomicUsize>,
+    ) -> Result<(), String> {
         let _ = self.child.wait();
-        say(started, &format!(">>> restarting {}", self.name));
-        *self = Pod::start(binary, api, dir, self.name, Some(self.gate), started);
+        let name = self.name;
+        say(started, &format!(">>> restarting {name}"));
+        let pod = match Pod::start(binary, api, dir, name, self.gate, started) {
+            Ok(pod) => pod,
+            Err(first) => {
+                let gate = ports.next()?;
+                say(
+                    started,
+                    &format!(
+                        ">>> {name} could not listen on {} again ({first}); restarting it on {gate}",
+                        self.gate
+                    ),
+                );
+                let pod = Pod::start(binary, api, dir, name, gate, started)
+                    .map_err(|e| format!("{name} cannot restart: {e}"))?;
+                say(
+                    started,
+                    &format!("{name}'s gate moved: it now listens on http://{}", pod.gate),
+                );
+                pod
+            }
+        };
+        let moved = pod.gate != self.gate;
+        let follower = self.follower.take();
+        *self = pod;
+        if moved {
+            if let Some(old) = follower {
+                old.abort();
+            }
+            self.follow(started, starts);
+        } else {
+            self.follower = follower;
+        }
+        Ok(())
+    }
+
+    fn follow(&mut self, started: Instant, starts: &Arc<AtomicUsize>) {
+        self.follower = Some(follow(self.name, self.gate, started, starts.clone()));
     }
 
     fn stop(&mut self, signal: i32) {
@@ -256,9 +440,16 @@ impl Pod {
 
 /// Prints `name`'s transitions as its event stream reports them, applying
 /// the same validity rule the gates apply; counts terms started.
-fn follow(name: &'static str, gate: SocketAddr, started: Instant, starts: Arc<AtomicUsize>) {
-    let url = GateUrl::parse(&format!("http://{gate}")).expect("a gate URL");
+fn follow(
+    name: &'static str,
+    gate: SocketAddr,
+    started: Instant,
+    starts: Arc<AtomicUsize>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let Ok(url) = GateUrl::parse(&format!("http://{gate}")) else {
+            return;
+        };
         let mut feed = Feed::new(url);
         loop {
             match feed.next().await {
@@ -301,26 +492,33 @@ fn follow(name: &'static str, gate: SocketAddr, started: Instant, starts: Arc<At
                 Signal::Connected | Signal::Disconnected(_) => {}
             }
         }
-    });
+    })
 }
 
 /// Waits until one pod other than `not` answers 200 on `/leader`.
-async fn wait_for_leader(pods: &[Pod], not: Option<usize>, within: Duration) -> usize {
+async fn wait_for_leader(
+    pods: &[Pod],
+    not: Option<usize>,
+    within: Duration,
+) -> Result<usize, String> {
     let deadline = Instant::now() + within;
     loop {
         for (i, pod) in pods.iter().enumerate() {
             if Some(i) == not {
                 continue;
             }
-            let url = GateUrl::parse(&format!("http://{}", pod.gate)).expect("a gate URL");
+            let url = GateUrl::parse(&format!("http://{}", pod.gate))
+                .map_err(|e| format!("gate URL of {}: {e}", pod.name))?;
             if let Ok((200, _)) = url
                 .fetch(hyper::Method::GET, "/leader", Duration::from_secs(1))
                 .await
             {
-                return i;
+                return Ok(i);
             }
         }
-        assert!(Instant::now() < deadline, "no leader within {within:?}");
+        if Instant::now() >= deadline {
+            return Err(format!("no leader within {within:?}"));
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

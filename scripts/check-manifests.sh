@@ -79,7 +79,7 @@ else
     failed=$((failed + 1))
 fi
 
-# The lease-protection component (README "Deleting the Lease"), on.
+# The lease-protection component (docs/operations.md "Deleting the Lease"), on.
 cp -r manifests "$work/protected"
 printf 'components:\n  - lease-protection\n' >>"$work/protected/kustomization.yaml"
 if kubectl kustomize "$work/protected" >"$work/protected.yaml"; then

@@ -13,7 +13,7 @@ finding and exits 1 if there is any. The checks:
 - every leader-gate container: the one image, a native sidecar for `serve`
   and `file-gate`, identity and namespace from the downward API, /healthz
   liveness, no /leader readiness on a DaemonSet, timings that satisfy the
-  README's rules (and terminationGracePeriodSeconds that covers them), the
+  rules of docs/timing.md (and terminationGracePeriodSeconds that covers them), the
   Role bound to the pod's service account grants exactly what the Lease
   needs, the NetworkPolicy and the FlowSchema cover the pod;
 - Metricbeat's modules glob matches both module directories and the file
@@ -261,7 +261,7 @@ def check_leader_gate(docs, doc, template):
         path = ((c.get("readinessProbe") or {}).get("httpGet") or {}).get("path")
         if path == "/leader" and doc["kind"] in ("DaemonSet", "StatefulSet"):
             bad(f"{where} container {c['name']}", f"readiness on /leader stalls a {doc['kind']} rollout")
-    # Timing rules (README "Configuration" and "Timing").
+    # Timing rules (docs/operations.md "Configuration", docs/timing.md "Timing").
     try:
         lease = seconds(opts.get("lease-duration", "15s"))
         renew = seconds(opts.get("renew-deadline", "10s"))

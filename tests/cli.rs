@@ -408,3 +408,74 @@ fn exec_warns_of_a_grace_beyond_the_default_margin_and_not_of_its_default() {
         assert!(warning.contains("default margin 5s"), "{warning}");
     }
 }
+
+/// The demo (`examples/demo.rs`, the README's first command), built by
+/// `cargo test` with the examples, next to this test's own directory.
+fn demo_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("this test's path");
+    let demo = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target/<profile>/deps")
+        .join("examples")
+        .join("demo");
+    assert!(
+        demo.exists(),
+        "{} is missing: `cargo test` builds it; alone, run `cargo build --example demo` first",
+        demo.display()
+    );
+    demo
+}
+
+#[test]
+fn the_demo_reports_a_sidecar_that_cannot_start_in_one_line_and_exits_1() {
+    // pod-a's gate port is held here, and the demo is told to use it as is.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let addr = busy.local_addr().expect("its address");
+    let output = Command::new(demo_binary())
+        .args(["--duration", "1s"])
+        .env("LEADER_GATE_DEMO_GATE_A", addr.to_string())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run the demo");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Not a panic (101): one clear line, exit 1.
+    assert_eq!(output.status.code(), Some(1), "stderr:\n{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line:\n{stderr}");
+    let line = stderr.trim_end();
+    assert!(
+        line.starts_with(
+            "demo: pod-a cannot start: it exited (exit status: 71) before listening on "
+        ),
+        "{line}"
+    );
+    assert!(line.contains(&addr.to_string()), "{line}");
+    assert!(line.contains("cannot bind a listener"), "{line}");
+    assert!(line.contains("Address already in use"), "{line}");
+    drop(busy);
+}
+
+#[test]
+fn the_demo_restarts_a_sidecar_whose_gate_port_was_taken_on_a_new_port() {
+    // The demo binds each gate port itself between stop and restart, as any
+    // other program might: the restart must move, say so, and the demo end well.
+    let output = Command::new(demo_binary())
+        .args(["--duration", "1s"])
+        .env("LEADER_GATE_DEMO_TAKE_PORT_ON_RESTART", "1")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run the demo");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let moved: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("gate moved: it now listens on http://127.0.0.1:"))
+        .collect();
+    assert_eq!(moved.len(), 2, "both restarts moved:\n{stdout}");
+    assert!(stdout.contains("done: "), "{stdout}");
+}

@@ -137,9 +137,10 @@ async fn without_create_and_without_the_lease_it_never_leads_and_says_to_apply_t
         told[0]
     );
     assert!(told[0].contains("may not create leases"), "{}", told[0]);
-    // The README's Troubleshooting entry quotes what is printed.
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+    // The Troubleshooting entry (docs/operations.md) quotes what is printed.
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .expect("docs/operations.md");
     let entry = readme
         .lines()
         .find(|l| {

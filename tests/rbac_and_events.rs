@@ -221,9 +221,10 @@ async fn under_a_role_without_update_it_never_leads_and_says_so_once_in_the_docu
         )),
         "{line}"
     );
-    // The README's Troubleshooting entry is what is printed, names aside.
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+    // The Troubleshooting entry (docs/operations.md) is what is printed, names aside.
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .expect("docs/operations.md");
     let entry = readme
         .lines()
         .find(|l| l.starts_with("- **`cannot update the lease"))
