@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leader_gate::clock::{BootInstant, boot_clock_id};
-use leader_gate::election::Snapshot;
-use leader_gate::events::{EventKind, EventLog, Transition};
-use leader_gate::exposition::Format;
-use leader_gate::http::{self, AppState};
-use leader_gate::lease::TermId;
-use leader_gate::metrics::Metrics;
-use leader_gate::server::{self, Limits};
-use leader_gate::state::{Heartbeat, Publisher};
+use leader_gate::elector::lease::TermId;
+use leader_gate::elector::machine::Snapshot;
+use leader_gate::serve::exposition::Format;
+use leader_gate::serve::metrics::Metrics;
+use leader_gate::serve::published::{Heartbeat, Publisher};
+use leader_gate::serve::routes::{self, AppState};
+use leader_gate::serve::server::{self, Limits};
+use leader_gate::serve::transitions::{EventKind, EventLog, Transition};
 use serde_json::json;
 use support::events::EventClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -66,7 +66,7 @@ async fn serve_with(max_subscribers: usize, keep_alive: Duration, limits: Limits
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(server::serve(
         listener,
-        http::gate_router(app),
+        routes::gate_router(app),
         stop.clone(),
         limits,
     ));

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use leader_gate::exposition::Format;
+use leader_gate::serve::exposition::Format;
 use support::fake_apiserver::FakeApiServer;
 use support::prometheus::{
     PROMTOOL, PrometheusProcess, ScrapeJob, ScrapeSource, Targets, file_sd_json, http,

@@ -23,15 +23,15 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 
-use crate::api_error::ApiError;
 use crate::backoff::Backoff;
 use crate::clock::{BootInstant, wall_micros};
-use crate::election::{
+use crate::elector::api_error::ApiError;
+use crate::elector::lease::Lease;
+use crate::elector::lease_client::LeaseStore;
+use crate::elector::machine::{
     Action, Election, Input, Now, Purpose, Snapshot, StopReason, Write, WriteOp,
 };
-use crate::lease::Lease;
-use crate::lease_client::LeaseStore;
-use crate::state::{Heartbeat, Publisher};
+use crate::serve::published::{Heartbeat, Publisher};
 
 /// Restarts of the watch stream after a 401 or its end, in a row.
 const WATCH_RESTART: Backoff = Backoff {
@@ -52,7 +52,7 @@ pub struct ShutdownOptions {
 }
 
 /// Runs the election until `shutdown` is cancelled, then hands over.
-/// `collector_health` (see [`crate::collector_health`]) gates contention;
+/// `collector_health` (see [`crate::serve::collector_health`]) gates contention;
 /// without it the collector counts as healthy.
 pub async fn run(
     store: Arc<dyn LeaseStore>,

@@ -8,9 +8,9 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::*;
-use crate::api_error::Forbidden;
-use crate::lease::RELEASED_TERM_ANNOTATION;
-use crate::lease::fixtures::{LeaseBuilder, stored};
+use crate::elector::api_error::Forbidden;
+use crate::elector::lease::RELEASED_TERM_ANNOTATION;
+use crate::elector::lease::fixtures::{LeaseBuilder, stored};
 
 mod properties;
 mod successor;
@@ -1481,7 +1481,7 @@ fn once_the_collector_is_healthy_again_it_acquires_again() {
 fn without_writer_mark(lease: &Lease, rv: u64) -> Lease {
     let mut object = lease.object().clone();
     if let Some(annotations) = object.metadata.annotations.as_mut() {
-        annotations.remove(crate::lease::WRITER_ANNOTATION);
+        annotations.remove(crate::elector::lease::WRITER_ANNOTATION);
     }
     object.metadata.resource_version = Some(rv.to_string());
     Lease::new(object)
@@ -1551,7 +1551,10 @@ fn a_twin_rewriting_our_record_unchanged_but_its_mark_ends_our_term() {
     let ours = h.server.clone().unwrap();
     // The same spec, another process's mark: not our write.
     let mut object = ours.object().clone();
-    crate::lease::mark_writer(&mut object, &crate::lease::WriterMark::from_u64(1));
+    crate::elector::lease::mark_writer(
+        &mut object,
+        &crate::elector::lease::WriterMark::from_u64(1),
+    );
     h.rv += 1;
     object.metadata.resource_version = Some(h.rv.to_string());
     h.feed(Input::Observed(Some(Lease::new(object))), t + 0.5);

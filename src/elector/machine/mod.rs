@@ -54,9 +54,9 @@ use std::time::Duration;
 use kube::api::DynamicObject;
 use tokio::time::Instant;
 
-use crate::api_error::ApiError;
 use crate::clock::BootInstant;
-use crate::lease::{Lease, TermId, WriterMark};
+use crate::elector::api_error::ApiError;
+use crate::elector::lease::{Lease, TermId, WriterMark};
 
 mod requests;
 mod successor;

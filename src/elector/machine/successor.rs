@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use super::view::View;
 use super::{Action, Election, Now, Purpose, Settings, StopReason, Write, WriteOp};
-use crate::lease::{Lease, MAX_IDENTITY_LEN, bounded};
+use crate::elector::lease::{Lease, MAX_IDENTITY_LEN, bounded};
 
 /// Names the follower that takes the Lease over next.
 pub const SUCCESSOR_ANNOTATION: &str = "leader-gate.dev/successor";

@@ -12,18 +12,18 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::collector_health;
 use crate::config::{ServeConfig, resolve_namespace};
-use crate::driver;
-use crate::election::{Election, Settings};
-use crate::events::EventLog;
+use crate::elector::driver;
+use crate::elector::lease_client::{self, KubeLeaseStore};
+use crate::elector::machine::{Election, Settings};
 use crate::exit;
-use crate::http::{self, AppState};
-use crate::lease_client::{self, KubeLeaseStore};
-use crate::metrics::Metrics;
-use crate::recorder::{self, Recorder};
-use crate::server::{self, Limits};
-use crate::state::{Heartbeat, Publisher};
+use crate::serve::collector_health;
+use crate::serve::kube_events::{self, Recorder};
+use crate::serve::metrics::Metrics;
+use crate::serve::published::{Heartbeat, Publisher};
+use crate::serve::routes::{self, AppState};
+use crate::serve::server::{self, Limits};
+use crate::serve::transitions::EventLog;
 
 /// Events kept for `Last-Event-ID` resumption.
 const EVENT_HISTORY: usize = 1024;
@@ -100,7 +100,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     // task of their own on the Lease's client.
     let mut recorder_task = None;
     if config.record_events {
-        let subject = recorder::Subject {
+        let subject = kube_events::Subject {
             namespace: namespace.clone(),
             lease_name: config.lease_name.clone(),
             identity: config.identity.clone(),
@@ -130,13 +130,13 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     let servers = [
         tokio::spawn(server::serve(
             gate,
-            http::gate_router(app.clone()),
+            routes::gate_router(app.clone()),
             stop_serving.clone(),
             Limits::for_gate(config.max_subscribers),
         )),
         tokio::spawn(server::serve(
             admin,
-            http::admin_router(app),
+            routes::admin_router(app),
             stop_serving.clone(),
             Limits::default(),
         )),

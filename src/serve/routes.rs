@@ -1,5 +1,5 @@
 //! The HTTP surface: routers built in functions (tests call them without a
-//! socket); [`crate::server`] serves them on a pre-bound listener until a
+//! socket); [`crate::serve::server`] serves them on a pre-bound listener until a
 //! cancellation token fires.
 //!
 //! - gate router (pod-local): `GET|HEAD /leader`, `GET /events`
@@ -13,16 +13,16 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-pub use crate::app::{AppState, leader_body, write_leader_body};
-use crate::event_stream;
-use crate::exposition::Format;
+pub use crate::serve::app::{AppState, leader_body, write_leader_body};
+use crate::serve::exposition::Format;
+use crate::serve::sse_route;
 
 /// The gate listener's routes: `/leader`, `/events`. The handlers share the
 /// state behind one `Arc` (one reference count per request, not one per field).
 pub fn gate_router(app: AppState) -> Router {
     Router::new()
         .route("/leader", get(leader))
-        .route("/events", get(event_stream::events))
+        .route("/events", get(sse_route::events))
         .with_state(Arc::new(app))
 }
 
@@ -108,9 +108,9 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use crate::clock::BootInstant;
-    use crate::events::EventLog;
-    use crate::metrics::Metrics;
-    use crate::state::{Heartbeat, LeaderState, Publisher};
+    use crate::serve::metrics::Metrics;
+    use crate::serve::published::{Heartbeat, LeaderState, Publisher};
+    use crate::serve::transitions::EventLog;
     use axum::body::Body;
     use axum::http::Request;
     use tower::ServiceExt;

@@ -16,12 +16,12 @@ use clap::Args;
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use crate::api_error::ApiError;
 use crate::config::{is_dns1123_subdomain, parse_duration, resolve_namespace};
-use crate::election::{HANDOVER_ANNOTATION, set_annotation, successor_of};
+use crate::elector::api_error::ApiError;
+use crate::elector::lease::Lease;
+use crate::elector::lease_client::{self, KubeLeaseStore, LeaseStore};
+use crate::elector::machine::{HANDOVER_ANNOTATION, set_annotation, successor_of};
 use crate::exit;
-use crate::lease::Lease;
-use crate::lease_client::{self, KubeLeaseStore, LeaseStore};
 
 /// PUTs answered 409 before giving up (a renew lands every retry period).
 const ATTEMPTS: u32 = 5;
@@ -173,7 +173,7 @@ async fn hand_over(args: HandoverArgs) -> Result<String, Failure> {
 }
 
 /// The holder of a term after `old`, if `lease` shows one.
-fn new_holder(lease: &Lease, old: &crate::lease::TermId) -> Option<String> {
+fn new_holder(lease: &Lease, old: &crate::elector::lease::TermId) -> Option<String> {
     if lease.is_marked_released() || &lease.term_id() == old {
         return None;
     }

@@ -17,9 +17,9 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
-use crate::api_error::ApiError;
-use crate::lease::{self, Lease};
-use crate::recorder::EventSink;
+use crate::elector::api_error::ApiError;
+use crate::elector::lease::{self, Lease};
+use crate::serve::kube_events::EventSink;
 
 /// What the election needs from the API server: one Lease.
 pub trait LeaseStore: Send + Sync + 'static {

@@ -37,11 +37,11 @@ use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, Sleep};
 
-use crate::app::{AppState, json_str, write_leader_body, write_valid_until};
 use crate::clock::{BootInstant, wall_micros};
-use crate::events::{Event, EventKind, Next, Start, Subscription, event_json};
-use crate::metrics::Metrics;
-use crate::state::LeaderState;
+use crate::serve::app::{AppState, json_str, write_leader_body, write_valid_until};
+use crate::serve::metrics::Metrics;
+use crate::serve::published::LeaderState;
+use crate::serve::transitions::{Event, EventKind, Next, Start, Subscription, event_json};
 
 /// The handler of `GET /events`.
 pub async fn events(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
@@ -338,7 +338,7 @@ impl Drop for Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{EventLog, Transition};
+    use crate::serve::transitions::{EventLog, Transition};
 
     #[test]
     fn a_shared_frame_is_the_event_as_a_value_would_render_it_and_is_rendered_once() {

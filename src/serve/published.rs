@@ -13,10 +13,10 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::clock::{BootInstant, format_micro_time, wall_micros};
-use crate::election::Snapshot;
-use crate::events::{EventKind, EventLog, Transition};
-use crate::metrics::Metrics;
-use crate::recorder::Recorder;
+use crate::elector::machine::Snapshot;
+use crate::serve::kube_events::Recorder;
+use crate::serve::metrics::Metrics;
+use crate::serve::transitions::{EventKind, EventLog, Transition};
 
 /// What is published after every change.
 #[derive(Clone, Debug, PartialEq)]
@@ -270,7 +270,7 @@ mod tests {
         publisher.publish(&snapshot(false, Some("other")));
         publisher.publish(&snapshot(false, Some("me")));
         let holders: Vec<_> = std::iter::from_fn(|| match sub.try_next() {
-            Some(crate::events::Next::Event(e)) => Some((e.kind, e.holder.clone())),
+            Some(crate::serve::transitions::Next::Event(e)) => Some((e.kind, e.holder.clone())),
             _ => None,
         })
         .collect();

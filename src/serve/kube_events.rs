@@ -9,7 +9,7 @@
 //! puts its Event in a bounded queue (when full, the Event is dropped with a
 //! debug line); a task of its own sends each one once, bounded by
 //! [`SEND_TIMEOUT`]. A 403 or 401 is explained once per episode, in the words
-//! of the Lease's 403s ([`crate::api_error`] names the verb, resource and
+//! of the Lease's 403s ([`crate::elector::api_error`] names the verb, resource and
 //! namespace), and the end of the episode is logged; other failures are debug
 //! lines.
 
@@ -25,8 +25,8 @@ use kube::api::ObjectMeta;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::api_error::ApiError;
-use crate::events::{Event, EventKind};
+use crate::elector::api_error::ApiError;
+use crate::serve::transitions::{Event, EventKind};
 
 /// `source.component` and `reportingComponent` of every Event.
 pub const COMPONENT: &str = "leader-gate";
@@ -225,7 +225,7 @@ mod tests {
     use futures::FutureExt;
 
     use super::*;
-    use crate::api_error::Forbidden;
+    use crate::elector::api_error::Forbidden;
 
     fn subject() -> Subject {
         Subject {

@@ -11,10 +11,10 @@ use tokio::time::Instant;
 
 use super::view::{OwnWrite, View};
 use super::{Action, Election, Now, Purpose, Role, StopReason, Write, WriteOp};
-use crate::api_error::ApiError;
 use crate::backoff::Backoff;
 use crate::clock::BootInstant;
-use crate::lease::{self, Lease};
+use crate::elector::api_error::ApiError;
+use crate::elector::lease::{self, Lease};
 
 /// The request in flight, at most one.
 #[derive(Clone, Debug)]

@@ -15,9 +15,9 @@ use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::election::Settings;
-use crate::lease::Lease;
-use crate::state::LeaderState;
+use crate::elector::lease::Lease;
+use crate::elector::machine::Settings;
+use crate::serve::published::LeaderState;
 
 /// One Lease in memory, shared by all candidates, with a watch of its states.
 struct Memory {
@@ -224,8 +224,8 @@ impl Candidate {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
         };
-        let events = crate::events::EventLog::new(&client.name, 64, 64);
-        let metrics = Arc::new(crate::metrics::Metrics::new("ns", "demo"));
+        let events = crate::serve::transitions::EventLog::new(&client.name, 64, 64);
+        let metrics = Arc::new(crate::serve::metrics::Metrics::new("ns", "demo"));
         let (publisher, mut rx) = Publisher::new(events, metrics);
         let flips = Arc::new(Mutex::new(Vec::new()));
         let recorded = flips.clone();
@@ -407,7 +407,7 @@ async fn a_failed_watch_is_listed_afresh_and_no_create_goes_out_from_the_stale_v
     let memory = Memory::new();
     let t0 = Instant::now();
     let created = |identity: &str| {
-        crate::lease::created(
+        crate::elector::lease::created(
             "ns",
             "demo",
             identity,

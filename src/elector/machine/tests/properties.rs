@@ -43,7 +43,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseResult;
 
 use super::*;
-use crate::lease;
+use crate::elector::lease;
 
 const ME: &str = "me";
 const PEER: &str = "peer";

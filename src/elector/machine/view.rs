@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::{Election, Now, Purpose, Role, StopReason};
 use crate::clock::BootInstant;
-use crate::lease::{self, Lease, TermId};
+use crate::elector::lease::{self, Lease, TermId};
 
 /// How many own writes to remember: enough to recognise a renew whose
 /// response was lost even after a few retries.

@@ -1,7 +1,7 @@
 //! What the HTTP handlers share: the published leadership state, this
 //! instance's names, and the `/leader` body judged at read time — used by
-//! `/leader` ([`crate::http`]) and the event stream's `state` events
-//! ([`crate::event_stream`]) alike.
+//! `/leader` ([`crate::serve::routes`]) and the event stream's `state` events
+//! ([`crate::serve::sse_route`]) alike.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -11,9 +11,9 @@ use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{BootInstant, boot_clock_id, format_micro_time};
-use crate::events::EventLog;
-use crate::metrics::Metrics;
-use crate::state::{Heartbeat, LeaderBody, LeaderState, LeaseRef, since_text};
+use crate::serve::metrics::Metrics;
+use crate::serve::published::{Heartbeat, LeaderBody, LeaderState, LeaseRef, since_text};
+use crate::serve::transitions::EventLog;
 
 /// What the handlers read.
 #[derive(Clone)]
@@ -163,7 +163,7 @@ pub fn leader_body(app: &AppState, state: &LeaderState) -> (bool, serde_json::Va
 mod tests {
     use super::*;
     use crate::clock::BootInstant;
-    use crate::state::Heartbeat;
+    use crate::serve::published::Heartbeat;
 
     fn app(identity: &str) -> AppState {
         let (_, state) = watch::channel(LeaderState {

@@ -12,10 +12,10 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::atomic::AtomicU64;
 
-use crate::api_error::ApiError;
 use crate::clock::BootInstant;
-use crate::events::{Event, EventKind};
-use crate::exposition::{Format, to_text_004};
+use crate::elector::api_error::ApiError;
+use crate::serve::exposition::{Format, to_text_004};
+use crate::serve::transitions::{Event, EventKind};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaseLabels {
