@@ -2,7 +2,7 @@
 //! log: ordering, resumption, fan-out to 1,000 subscribers, a stalled
 //! subscriber, the cap, keep-alives and shutdown.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

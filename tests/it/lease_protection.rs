@@ -9,7 +9,7 @@
 //! (The component's ValidatingAdmissionPolicy is checked offline by
 //! scripts/check-manifests.sh: the fake has no admission.)
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -20,8 +20,8 @@ use support::sidecar::{Sidecar, Timing, test_dir};
 /// The names the manifests use, so the shipped Lease applies unchanged.
 const NAMESPACE: &str = "monitoring";
 const LEASE: &str = "metricbeat-leader";
-const ROLE_PATCH: &str = include_str!("../manifests/lease-protection/role-without-create.yaml");
-const LEASES: &str = include_str!("../manifests/lease-protection/leases.yaml");
+const ROLE_PATCH: &str = include_str!("../../manifests/lease-protection/role-without-create.yaml");
+const LEASES: &str = include_str!("../../manifests/lease-protection/leases.yaml");
 
 /// What the log says when the Lease is absent and may not be created.
 const APPLY_THE_LEASE: &str = "does not exist and this service account may not create it: \

@@ -9,7 +9,7 @@
 //!   server-side apply, with its field-ownership conflicts);
 //! * every fault kind has its effect.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

@@ -7,7 +7,7 @@
 //! cover. Skipped with a printed reason when Prometheus is not installed,
 //! unless `LEADER_GATE_REQUIRE_PROMETHEUS=1` (CI) makes that a failure.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -31,7 +31,7 @@
 //! seam a test can reach from outside (they are covered by the state-machine
 //! tests through the clock seam).
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

@@ -7,7 +7,7 @@
 //! `MEASURE` lines report how long each gate took to close and how long
 //! before the peer's start that was.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! logs `overlap <term> <pid>` for one still there (zombies included):
 //! checked at the very moment a new term's child starts.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -23,7 +23,7 @@ use support::sidecar::{Sidecar, Timing, test_dir};
 
 const LEASE: &str = "cluster-metrics";
 const SECOND: Duration = Duration::from_secs(1);
-/// As in tests/gates.rs: a margin of 3 s covers `--grace 2s`.
+/// As in tests/it/gates.rs: a margin of 3 s covers `--grace 2s`.
 const TIMING: Timing = Timing {
     lease: Duration::from_secs(6),
     renew_deadline: Duration::from_secs(3),

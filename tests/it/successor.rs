@@ -3,7 +3,7 @@
 //! overlap monitor on every scenario, and the cost of each hand-over counted
 //! from the fake's request log.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

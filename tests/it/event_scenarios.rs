@@ -3,7 +3,7 @@
 //! resumption across a disconnect, Prometheus metrics, and a second overlap
 //! witness driven by every instance's event stream.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

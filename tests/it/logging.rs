@@ -1,6 +1,6 @@
 //! What the sidecar writes to its log: never a credential, at any level.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

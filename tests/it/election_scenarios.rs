@@ -5,7 +5,7 @@
 //! monitor's timestamps, not by speed; every scenario also runs the overlap
 //! monitor, which fails the test if two instances ever led at once.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -31,7 +31,7 @@
 //! pod, last old scrape → first new scrape. Skipped with a printed reason
 //! when Prometheus is not installed, unless `LEADER_GATE_REQUIRE_PROMETHEUS=1`.
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;

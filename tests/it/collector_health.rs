@@ -6,7 +6,7 @@
 //! fake API server when it received which write, the event stream when a
 //! transition was published, and the overlap monitor samples `/leader`.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, UNIX_EPOCH};

@@ -7,7 +7,7 @@
 //! what the processes print; every scenario with several instances also runs
 //! the overlap monitor.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

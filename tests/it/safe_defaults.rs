@@ -9,7 +9,7 @@
 //! leader's release write comes no earlier than the gate lag after the
 //! SIGTERM (before which it cannot have stepped down).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

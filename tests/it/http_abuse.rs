@@ -3,7 +3,7 @@
 //! pod in a cluster) must not slow `/leader`, grow memory without bound, or
 //! cost the election a renew.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

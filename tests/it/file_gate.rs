@@ -14,7 +14,7 @@
 //! delay allowed here, in both directions; the figures measured are printed
 //! as `MEASURE` lines.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
