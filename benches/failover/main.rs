@@ -28,6 +28,8 @@
 //! is by nearest rank, so below 100 rounds it is the maximum: read it as
 //! "the worst of N".
 
+// The tests' support, of which the bench uses a part.
+#[allow(dead_code)]
 #[path = "../../tests/support/mod.rs"]
 mod support;
 

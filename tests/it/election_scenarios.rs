@@ -856,7 +856,6 @@ fn the_overlap_monitor_flags_an_old_leader_answering_after_a_new_one() {
         received: ms(received),
         status: 200,
         term: Some(term.into()),
-        holder: Some(instance.into()),
     };
     // A hand-over: a's last 200 was sent before b's first 200 arrived.
     assert_no_overlap(&[sample("a", 0, 5, "u/1"), sample("b", 10, 12, "u/2")]);

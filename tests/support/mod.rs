@@ -1,7 +1,6 @@
 //! Test support shared by the integration tests: a fake Kubernetes Lease API
 //! server, helpers that run real `leader-gate` processes against it, and a
 //! real Prometheus as a collector.
-#![allow(dead_code)]
 
 pub mod events;
 pub mod fake_apiserver;
@@ -25,7 +24,8 @@ pub fn raise_fd_limit(wanted: u64) {
     // SAFETY: plain getrlimit/setrlimit on this process with a valid struct.
     unsafe {
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
-        limit.rlim_cur = limit.rlim_max.min(wanted);
+        // Never lowers it: the tests share one process, and another may hold more.
+        limit.rlim_cur = limit.rlim_cur.max(limit.rlim_max.min(wanted));
         libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
     }
 }
