@@ -7,6 +7,10 @@
 //! publishes over HTTP) and [`client`] (the commands that ask a sidecar over
 //! HTTP). [`config`] and [`exit`] are the binary's glue; [`clock`] and
 //! [`backoff`] are shared by all three sides.
+//!
+//! The serving side reads the elector through [`elector::driver::Outlet`] and
+//! [`elector::driver::Heartbeat`]; the elector names nothing of the other
+//! sides, and the clients know a sidecar only over HTTP.
 
 pub mod backoff;
 pub mod client;

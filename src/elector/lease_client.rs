@@ -19,7 +19,6 @@ use kube::runtime::watcher::{self, Event};
 
 use crate::elector::api_error::ApiError;
 use crate::elector::lease::{self, Lease};
-use crate::serve::kube_events::EventSink;
 
 /// What the election needs from the API server: one Lease.
 pub trait LeaseStore: Send + Sync + 'static {
@@ -232,10 +231,11 @@ impl LeaseStore for KubeLeaseStore {
     }
 }
 
-/// Kubernetes Events go out on the Lease's client (credentials reloaded with
-/// it), to the Lease's namespace; the recorder times and explains them.
-impl EventSink for KubeLeaseStore {
-    fn create_event(
+impl KubeLeaseStore {
+    /// Creates a Kubernetes Event on the Lease's client (credentials reloaded
+    /// with it), in the Lease's namespace: the serving side's recorder
+    /// ([`crate::serve::kube_events`]) times and explains them.
+    pub fn create_event(
         &self,
         event: k8s_openapi::api::core::v1::Event,
     ) -> BoxFuture<'static, Result<(), ApiError>> {

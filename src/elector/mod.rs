@@ -9,6 +9,12 @@
 //! - [`lease_client`]: the adapter that talks to the API server (kube-rs).
 //! - [`api_error`]: classification of API server responses; 403 explained.
 //! - [`handover`]: `leader-gate handover`, the operator's hand-over request.
+//!
+//! The elector names nothing of the serving side. What it offers is
+//! [`driver::run`], which reports every [`machine::Snapshot`] and request
+//! through a [`driver::Outlet`] and beats a [`driver::Heartbeat`]; the serving
+//! side implements the one and reads the other (and uses the kube-rs client
+//! of [`lease_client`] for Kubernetes Events).
 
 pub mod api_error;
 pub mod driver;

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::elector::api_error::ApiError;
+use crate::elector::lease_client::KubeLeaseStore;
 use crate::serve::transitions::{Event, EventKind};
 
 /// `source.component` and `reportingComponent` of every Event.
@@ -43,6 +44,13 @@ pub const SEND_TIMEOUT: Duration = Duration::from_secs(3);
 pub trait EventSink: Send + Sync + 'static {
     /// POST `event` to its namespace.
     fn create_event(&self, event: KubeEvent) -> BoxFuture<'static, Result<(), ApiError>>;
+}
+
+/// Events go out on the Lease's client, to the Lease's namespace.
+impl EventSink for KubeLeaseStore {
+    fn create_event(&self, event: KubeEvent) -> BoxFuture<'static, Result<(), ApiError>> {
+        KubeLeaseStore::create_event(self, event)
+    }
 }
 
 /// The Lease the Events are about, and who records them.

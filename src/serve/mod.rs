@@ -2,8 +2,9 @@
 //!
 //! - [`sidecar`]: `serve` as one function — listeners, driver, servers, the
 //!   shutdown sequence and its signals.
-//! - [`published`]: the published leadership state and the driver's heartbeat.
-//! - [`app`]: what the handlers share — the published state, the `/leader` body.
+//! - [`published`]: the one published leadership state — the driver's
+//!   [`published::Publisher`] writes it, the handlers read it through
+//!   [`published::AppState`], and the `/leader` body is judged from it.
 //! - [`transitions`]: the log of leadership transitions (ids, history, fan-out).
 //! - [`sse_route`]: `GET /events`, the transition log as server-sent events.
 //! - [`kube_events`]: Kubernetes Events about the Lease (`--record-events`).
@@ -13,7 +14,6 @@
 //!   against abusive clients.
 //! - [`collector_health`]: the collector's health check, which gates contention.
 
-pub mod app;
 pub mod collector_health;
 pub mod exposition;
 pub mod kube_events;

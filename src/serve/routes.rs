@@ -13,8 +13,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-pub use crate::serve::app::{AppState, leader_body, write_leader_body};
 use crate::serve::exposition::Format;
+pub use crate::serve::published::{AppState, leader_body, write_leader_body};
 use crate::serve::sse_route;
 
 /// The gate listener's routes: `/leader`, `/events`. The handlers share the
@@ -108,8 +108,9 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use crate::clock::BootInstant;
+    use crate::elector::driver::Heartbeat;
     use crate::serve::metrics::Metrics;
-    use crate::serve::published::{Heartbeat, LeaderState, Publisher};
+    use crate::serve::published::{LeaderState, Publisher};
     use crate::serve::transitions::EventLog;
     use axum::body::Body;
     use axum::http::Request;

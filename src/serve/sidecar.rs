@@ -14,13 +14,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{ServeConfig, resolve_namespace};
 use crate::elector::driver;
+use crate::elector::driver::Heartbeat;
 use crate::elector::lease_client::{self, KubeLeaseStore};
 use crate::elector::machine::{Election, Settings};
 use crate::exit;
 use crate::serve::collector_health;
 use crate::serve::kube_events::{self, Recorder};
 use crate::serve::metrics::Metrics;
-use crate::serve::published::{Heartbeat, Publisher};
+use crate::serve::published::Publisher;
 use crate::serve::routes::{self, AppState};
 use crate::serve::server::{self, Limits};
 use crate::serve::transitions::EventLog;

@@ -38,9 +38,9 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, Sleep};
 
 use crate::clock::{BootInstant, wall_micros};
-use crate::serve::app::{AppState, json_str, write_leader_body, write_valid_until};
 use crate::serve::metrics::Metrics;
 use crate::serve::published::LeaderState;
+use crate::serve::published::{AppState, json_str, write_leader_body, write_valid_until};
 use crate::serve::transitions::{Event, EventKind, Next, Start, Subscription, event_json};
 
 /// The handler of `GET /events`.

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leader_gate::clock::{BootInstant, boot_clock_id};
+use leader_gate::elector::driver::Heartbeat;
 use leader_gate::elector::lease::TermId;
 use leader_gate::elector::machine::Snapshot;
 use leader_gate::serve::exposition::Format;
 use leader_gate::serve::metrics::Metrics;
-use leader_gate::serve::published::{Heartbeat, Publisher};
+use leader_gate::serve::published::Publisher;
 use leader_gate::serve::routes::{self, AppState};
 use leader_gate::serve::server::{self, Limits};
 use leader_gate::serve::transitions::{EventKind, EventLog, Transition};

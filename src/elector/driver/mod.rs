@@ -31,7 +31,7 @@ use crate::elector::lease_client::LeaseStore;
 use crate::elector::machine::{
     Action, Election, Input, Now, Purpose, Snapshot, StopReason, Write, WriteOp,
 };
-use crate::serve::published::{Heartbeat, Publisher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Restarts of the watch stream after a 401 or its end, in a row.
 const WATCH_RESTART: Backoff = Backoff {
@@ -51,13 +51,63 @@ pub struct ShutdownOptions {
     pub timeout: Duration,
 }
 
+/// Where the driver reports, after every input and for every request; the
+/// serving side implements it ([`crate::serve::published::Publisher`]), so
+/// the elector never names what is built on it.
+pub trait Outlet: Send + Sync + 'static {
+    /// The machine's state after an input, before its actions are carried out.
+    fn publish(&self, snapshot: &Snapshot);
+    /// A request's outcome, by verb (`get`, `create`, `update`, `watch`).
+    fn api_request(&self, verb: &'static str, result: Result<(), &ApiError>);
+    /// A renew (an acquisition included) landed: sent at `sent`, answered
+    /// after `latency`.
+    fn renewed(&self, sent: BootInstant, latency: Duration);
+    /// A renew lost its compare-and-swap (409).
+    fn renew_conflict(&self);
+    /// `new` more writes of another process under our identity were seen.
+    fn identity_conflicts(&self, new: u64);
+}
+
+/// Liveness of the election task: it beats on every turn of its loop (at
+/// least once per retry period) and flags its own end.
+#[derive(Debug, Default)]
+pub struct Heartbeat {
+    last_beat_ms: AtomicU64,
+    ended: AtomicBool,
+}
+
+impl Heartbeat {
+    pub fn new() -> Arc<Self> {
+        let heartbeat = Arc::new(Self::default());
+        heartbeat.beat();
+        heartbeat
+    }
+
+    pub fn beat(&self) {
+        self.last_beat_ms
+            .store(BootInstant::now().as_millis(), Ordering::Relaxed);
+    }
+
+    pub fn end(&self) {
+        self.ended.store(true, Ordering::Relaxed);
+    }
+
+    /// Alive: not ended, and beat within `max_silence`.
+    pub fn is_alive(&self, max_silence: Duration) -> bool {
+        let silence = BootInstant::now()
+            .as_millis()
+            .saturating_sub(self.last_beat_ms.load(Ordering::Relaxed));
+        !self.ended.load(Ordering::Relaxed) && silence <= max_silence.as_millis() as u64
+    }
+}
+
 /// Runs the election until `shutdown` is cancelled, then hands over.
 /// `collector_health` (see [`crate::serve::collector_health`]) gates contention;
 /// without it the collector counts as healthy.
 pub async fn run(
     store: Arc<dyn LeaseStore>,
     election: Election,
-    publisher: Publisher,
+    publisher: impl Outlet,
     heartbeat: Arc<Heartbeat>,
     shutdown: CancellationToken,
     options: ShutdownOptions,
@@ -91,7 +141,7 @@ pub async fn run(
 struct Driver {
     store: Arc<dyn LeaseStore>,
     election: Election,
-    publisher: Arc<Publisher>,
+    publisher: Arc<dyn Outlet>,
     /// The one request in flight, resolving to its input.
     inflight: Option<BoxFuture<'static, Input>>,
     /// The instant of the last input fed to the machine.
@@ -156,7 +206,7 @@ impl Driver {
                         Input::WatchInterrupted
                     }
                     Some(Err(error)) => {
-                        self.publisher.metrics().api_request("watch", Err(&error));
+                        self.publisher.api_request("watch", Err(&error));
                         tracing::debug!(%error, "lease watch failed; a fresh one lists again");
                         silence.failed(&error);
                         errors += 1;
@@ -193,9 +243,7 @@ impl Driver {
         let publisher = self.publisher.clone();
         Box::pin(async move {
             let result = with_timeout(timeout, get).await;
-            publisher
-                .metrics()
-                .api_request("get", result.as_ref().map(|_| ()));
+            publisher.api_request("get", result.as_ref().map(|_| ()));
             match result {
                 Ok(lease) => Input::Observed(lease),
                 // Said by the store once per episode; nothing learnt.
@@ -302,9 +350,7 @@ impl Driver {
                     let publisher = self.publisher.clone();
                     self.inflight = Some(Box::pin(async move {
                         let result = with_timeout(timeout, get).await;
-                        publisher
-                            .metrics()
-                            .api_request("get", result.as_ref().map(|_| ()));
+                        publisher.api_request("get", result.as_ref().map(|_| ()));
                         Input::Read(result)
                     }));
                 }
@@ -320,9 +366,7 @@ impl Driver {
         if conflicts <= before {
             return;
         }
-        self.publisher
-            .metrics()
-            .identity_conflicts(conflicts - before);
+        self.publisher.identity_conflicts(conflicts - before);
         let identity = &self.election.settings().identity;
         tracing::error!(
             identity = identity.as_str(),
@@ -356,13 +400,12 @@ impl Driver {
         Box::pin(async move {
             let sent = (BootInstant::now(), Instant::now());
             let result = with_timeout(write.timeout, request).await;
-            let metrics = publisher.metrics();
-            metrics.api_request(verb, result.as_ref().map(|_| ()));
+            publisher.api_request(verb, result.as_ref().map(|_| ()));
             if renew && result.is_ok() {
-                metrics.renewed(sent.0, sent.1.elapsed());
+                publisher.renewed(sent.0, sent.1.elapsed());
             }
             if renewing && matches!(result, Err(ApiError::Conflict(_))) {
-                metrics.renew_conflict();
+                publisher.renew_conflict();
             }
             Input::Written(result)
         })

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::elector::lease::Lease;
 use crate::elector::machine::Settings;
-use crate::serve::published::LeaderState;
+use crate::serve::published::{LeaderState, Publisher};
 
 /// One Lease in memory, shared by all candidates, with a watch of its states.
 struct Memory {
