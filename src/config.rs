@@ -9,9 +9,9 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::client::file_gate::Mapping;
 use crate::client::url::{DEFAULT_URL, GateUrl};
-use crate::collector_health;
-use crate::driver::ShutdownOptions;
-use crate::lease::MAX_IDENTITY_LEN;
+use crate::elector::driver::ShutdownOptions;
+use crate::elector::lease::MAX_IDENTITY_LEN;
+use crate::serve::collector_health;
 
 /// leader-gate: contends for a Kubernetes Lease and tells the collector next
 /// to it, over HTTP, whether it may do cluster-wide work right now.
@@ -43,7 +43,7 @@ pub enum Command {
     Install(InstallArgs),
     /// Ask the holder of the Lease to hand it over (to --to, or to the named
     /// successor) and wait for the new holder.
-    Handover(crate::handover::HandoverArgs),
+    Handover(crate::elector::handover::HandoverArgs),
 }
 
 #[derive(Debug, Args)]

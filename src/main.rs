@@ -1,5 +1,5 @@
 //! The `leader-gate` binary: parses flags and runs the sidecar
-//! ([`leader_gate::sidecar`]) or a client (`watch`, `exec`, `file-gate`,
+//! ([`leader_gate::serve::sidecar`]) or a client (`watch`, `exec`, `file-gate`,
 //! `status`, `wait`, `install`); exit codes are in [`leader_gate::exit`].
 
 use std::io::IsTerminal;
@@ -11,7 +11,8 @@ use leader_gate::client::{exec, file_gate, status, watch};
 use leader_gate::config::{
     Cli, ClientArgs, Command, ExecArgs, FileGateArgs, InstallArgs, LogFormat, WaitArgs, WatchArgs,
 };
-use leader_gate::{exit, sidecar};
+use leader_gate::exit;
+use leader_gate::serve::sidecar;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -60,7 +61,7 @@ fn main() -> ExitCode {
 async fn run_client(command: Command) -> ExitCode {
     match command {
         Command::Serve(_) => unreachable!("serve is not a client"),
-        Command::Handover(args) => leader_gate::handover::run(args).await,
+        Command::Handover(args) => leader_gate::elector::handover::run(args).await,
         Command::Watch(WatchArgs { client, json }) => {
             // Returns only when the output closed (the reader of a pipe exited).
             let _closed = watch::run(client.url, json, std::io::stdout()).await;

@@ -28,8 +28,8 @@ use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 use crate::group::Group;
+use crate::program::{DEFAULTS, LEASE};
 use crate::table::Table;
-use crate::{DEFAULTS, LEASE};
 
 /// One round with `n` subscribers.
 pub struct FanoutRound {

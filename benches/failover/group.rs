@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::peer::Program;
+use crate::program::Program;
+use crate::program::{LEASE, NAMESPACE, RELEASED_TERM};
 use crate::support::fake_apiserver::{FakeApiServer, RequestRecord, Verb, lease_holder};
 use crate::support::sidecar::{Sidecar, Timing, test_dir};
-use crate::{LEASE, NAMESPACE, RELEASED_TERM};
 
 pub struct Group {
     pub api: FakeApiServer,

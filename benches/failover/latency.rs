@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::group::Group;
-use crate::peer::Program;
+use crate::program::Program;
+use crate::program::{DEFAULTS, FAST, LEASE, NAMESPACE};
 use crate::support::fake_apiserver::{FakeApiServer, Fault, FaultKind, Verb};
 use crate::support::sidecar::{Sidecar, test_dir};
-use crate::{DEFAULTS, FAST, LEASE, NAMESPACE};
 
 /// Fresh API server without a Lease, three fresh candidates: from the first
 /// spawn to the first `/leader` 200.

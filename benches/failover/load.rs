@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::DEFAULTS;
 use crate::group::Group;
-use crate::peer::Program;
+use crate::program::DEFAULTS;
+use crate::program::Program;
 use crate::support::fake_apiserver::{RequestRecord, Verb};
 use crate::support::sidecar::Sidecar;
 

@@ -28,6 +28,8 @@
 //! is by nearest rank, so below 100 rounds it is the maximum: read it as
 //! "the worst of N".
 
+// The tests' support, of which the bench uses a part.
+#[allow(dead_code)]
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
@@ -37,6 +39,7 @@ mod group;
 mod latency;
 mod load;
 mod peer;
+mod program;
 mod table;
 mod wrk;
 
@@ -44,21 +47,9 @@ use std::time::{Duration, Instant};
 
 use latency::*;
 use load::load;
-use peer::Program;
-use support::sidecar::Timing;
+use program::Program;
 use table::Table;
 use wrk::wrk_leader;
-
-const NAMESPACE: &str = "bench";
-const LEASE: &str = "bench";
-const RELEASED_TERM: &str = "leader-gate.dev/released-term";
-
-const DEFAULTS: Timing = Timing {
-    lease: Duration::from_secs(15),
-    renew_deadline: Duration::from_secs(10),
-    retry: Duration::from_secs(2),
-};
-const FAST: Timing = Timing::FAST;
 
 // ---------------------------------------------------------------- options
 
@@ -123,7 +114,7 @@ fn main() {
     support::raise_fd_limit(20_000); // 10,000 subscribers (fanout); children inherit it
     let binary = std::env::var("LEADER_GATE_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_leader-gate").to_string());
-    let peer_bin = peer::resolve(opts.peer.as_deref());
+    let peer_bin = program::resolve(opts.peer.as_deref());
     runtime.block_on(async {
         let mut table = Table { rows: Vec::new() };
         // leader-gate's figures, for the side-by-side table with the peer.

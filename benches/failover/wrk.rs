@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::DEFAULTS;
 use crate::group::Group;
-use crate::peer::Program;
+use crate::program::DEFAULTS;
+use crate::program::Program;
 
 pub struct WrkRun {
     pub requests_per_s: f64,

@@ -25,7 +25,7 @@ use serde_json::Value;
 use tokio::time::{Instant, sleep_until};
 
 use crate::backoff::Backoff;
-use crate::client::sse::{SseMessage, SseParser};
+use crate::client::sse_reader::{SseMessage, SseParser};
 use crate::client::url::GateUrl;
 use crate::clock::{BootInstant, boot_clock_id};
 

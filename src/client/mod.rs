@@ -2,7 +2,7 @@
 //! this pod leads, for collectors that cannot ask themselves.
 //!
 //! - [`url`]: the one `--url` every client takes, and plain HTTP requests.
-//! - [`sse`]: the `text/event-stream` parser.
+//! - [`sse_reader`]: the `text/event-stream` parser.
 //! - [`feed`]: the one consumer of `/events` that applies the validity rule
 //!   (leadership ends at *receive time + valid_for_ms* unless renewed, and at
 //!   once on `stopped-leading`); every gate below is built on it.
@@ -19,7 +19,7 @@ pub mod exec;
 pub mod feed;
 pub mod file_gate;
 pub mod process_tree;
-pub mod sse;
+pub mod sse_reader;
 pub mod status;
 pub mod url;
 pub mod watch;

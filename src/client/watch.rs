@@ -9,7 +9,7 @@ use std::io::Write;
 use serde_json::{Value, json};
 
 use crate::client::feed::{Feed, LocalStop, Message, Signal};
-use crate::client::sse::SseMessage;
+use crate::client::sse_reader::SseMessage;
 use crate::client::url::GateUrl;
 use crate::clock::{format_micro_time, wall_micros};
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
-use leader_gate::client::sse::{SseMessage, SseParser};
+use leader_gate::client::sse_reader::{SseMessage, SseParser};
 use serde_json::Value;
 use tokio::net::TcpStream;
 

@@ -17,7 +17,6 @@ use tokio::net::TcpListener;
 
 /// A running `leader-gate file-gate` process.
 pub struct FileGate {
-    pub name: String,
     process: Owned,
     log: PathBuf,
 }
@@ -69,7 +68,6 @@ impl FileGate {
             .spawn()
             .expect("spawn leader-gate file-gate");
         FileGate {
-            name: name.into(),
             process: Owned::new(child),
             log,
         }
@@ -257,7 +255,6 @@ impl Drop for Sampler {
 /// One POST to the reload server.
 #[derive(Clone, Debug)]
 pub struct Post {
-    pub at: Instant,
     pub method: String,
     pub path: String,
     /// Whether each watched file existed when the request arrived.
@@ -273,10 +270,6 @@ pub struct Reloads {
 }
 
 impl Reloads {
-    pub async fn start(watched: &[&Path]) -> Reloads {
-        Self::start_slow(watched, Duration::ZERO).await
-    }
-
     /// Answers each request only after `delay`, as a collector that reloads
     /// a large configuration before it answers.
     pub async fn start_slow(watched: &[&Path], delay: Duration) -> Reloads {
@@ -297,14 +290,12 @@ impl Reloads {
                             Ok(n) => head.extend_from_slice(&buf[..n]),
                         }
                     }
-                    let at = Instant::now();
                     let existed = watched.iter().map(|p| p.exists()).collect();
                     let text = String::from_utf8_lossy(&head);
                     let mut first = text.split_whitespace();
                     let method = first.next().unwrap_or_default().to_owned();
                     let path = first.next().unwrap_or_default().to_owned();
                     recorded.lock().unwrap().push(Post {
-                        at,
                         method,
                         path,
                         existed,

@@ -1,7 +1,6 @@
 //! Test support shared by the integration tests: a fake Kubernetes Lease API
 //! server, helpers that run real `leader-gate` processes against it, and a
 //! real Prometheus as a collector.
-#![allow(dead_code)]
 
 pub mod events;
 pub mod fake_apiserver;
@@ -25,7 +24,31 @@ pub fn raise_fd_limit(wanted: u64) {
     // SAFETY: plain getrlimit/setrlimit on this process with a valid struct.
     unsafe {
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
-        limit.rlim_cur = limit.rlim_max.min(wanted);
+        // Never lowers it: the tests share one process, and another may hold more.
+        limit.rlim_cur = limit.rlim_cur.max(limit.rlim_max.min(wanted));
         libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    fn soft_limit() -> u64 {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: plain getrlimit on this process with a valid struct.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+        limit.rlim_cur
+    }
+
+    /// The tests share one process: a test asking for fewer files must not
+    /// take them from one that raised the limit higher and uses them now.
+    #[test]
+    fn raising_the_fd_limit_never_lowers_it() {
+        super::raise_fd_limit(16_384);
+        let raised = soft_limit();
+        super::raise_fd_limit(8192);
+        assert_eq!(soft_limit(), raised);
     }
 }

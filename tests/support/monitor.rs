@@ -23,7 +23,6 @@ pub struct Sample {
     pub received: Instant,
     pub status: u16,
     pub term: Option<String>,
-    pub holder: Option<String>,
 }
 
 impl Sample {
@@ -154,7 +153,6 @@ async fn sample_loop(
                 received,
                 status: probe.status,
                 term: probe.term().map(str::to_owned),
-                holder: probe.holder().map(str::to_owned),
             });
         }
         tokio::time::sleep(PERIOD).await;

@@ -47,7 +47,9 @@ pub struct Target {
     /// `up`, `down` or `unknown` (not scraped yet).
     pub health: String,
     pub last_error: String,
-    /// When Prometheus last scraped it, as it reports (RFC 3339).
+    /// When Prometheus last scraped it, as it reports (RFC 3339); read only
+    /// in the failure messages that print a target (`{target:?}`).
+    #[allow(dead_code)]
     pub last_scrape: String,
     /// The target's labels after relabelling (`job`, `instance`, …).
     pub labels: BTreeMap<String, String>,

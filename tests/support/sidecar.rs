@@ -261,11 +261,6 @@ impl Sidecar {
         }
     }
 
-    /// The process id.
-    pub fn pid(&self) -> u32 {
-        self.process.id()
-    }
-
     pub fn signal(&self, signal: i32) {
         self.process.signal(signal);
     }
@@ -278,11 +273,6 @@ impl Sidecar {
     /// The exit status if the process has exited, without waiting.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.process.exited()
-    }
-
-    /// The log file of this process.
-    pub fn log_path(&self) -> &Path {
-        &self.log
     }
 
     /// Resident set size of the process in KiB (Linux `VmRSS`).

@@ -13,7 +13,7 @@
 //! Test hook (debug builds only, absent from release builds): with
 //! `LEADER_GATE_TEST_STALL_FSYNC=PATH` in the environment, every fsync of a
 //! temporary file waits, after the real fsync, for as long as PATH exists —
-//! a disk stuck on demand, which `tests/file_gate.rs` uses to show that a
+//! a disk stuck on demand, which `tests/it/file_gate.rs` uses to show that a
 //! removal does not queue behind a write.
 
 use std::fs::{File, OpenOptions};

@@ -1,0 +1,576 @@
+//! The election driver: the one task that owns the Lease.
+//!
+//! It waits on whichever comes first — a change of the Lease from the watch,
+//! the answer to the one request in flight, a change of the collector's
+//! health, the machine's next deadline, or shutdown — feeds it to the
+//! [`Election`], publishes the new state, and only then carries out the
+//! actions (so "not leading" is out before any retry or release, G2). Nothing
+//! else mutates election state. A release, on shutdown or for an unhealthy
+//! collector, goes out only once the gates had their lag (G6).
+//!
+//! A watch that fails is not left to resume quietly: the machine is told
+//! ([`Input::WatchInterrupted`]) and a fresh watch, which lists first, is
+//! started within a retry period, so the machine sees the Lease again as a
+//! whole before it creates anything (G7).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until, timeout_at};
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::clock::{BootInstant, wall_micros};
+use crate::elector::api_error::ApiError;
+use crate::elector::lease::Lease;
+use crate::elector::lease_client::LeaseStore;
+use crate::elector::machine::{
+    Action, Election, Input, Now, Purpose, Snapshot, StopReason, Write, WriteOp,
+};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Restarts of the watch stream after a 401 or its end, in a row.
+const WATCH_RESTART: Backoff = Backoff {
+    first: Duration::from_secs(1),
+    max: Duration::from_secs(30),
+    jitter: 0.2,
+};
+
+/// How the driver shuts down (G6).
+#[derive(Clone, Debug)]
+pub struct ShutdownOptions {
+    /// Release the Lease with a marked CAS write once the gates are closed.
+    pub release: bool,
+    /// Time the gates need to close after "not leading" is published.
+    pub gate_lag: Duration,
+    /// Bound on the whole sequence: lag, the request in flight, the release.
+    pub timeout: Duration,
+}
+
+/// Where the driver reports, after every input and for every request; the
+/// serving side implements it ([`crate::serve::published::Publisher`]), so
+/// the elector never names what is built on it.
+pub trait Outlet: Send + Sync + 'static {
+    /// The machine's state after an input, before its actions are carried out.
+    fn publish(&self, snapshot: &Snapshot);
+    /// A request's outcome, by verb (`get`, `create`, `update`, `watch`).
+    fn api_request(&self, verb: &'static str, result: Result<(), &ApiError>);
+    /// A renew (an acquisition included) landed: sent at `sent`, answered
+    /// after `latency`.
+    fn renewed(&self, sent: BootInstant, latency: Duration);
+    /// A renew lost its compare-and-swap (409).
+    fn renew_conflict(&self);
+    /// `new` more writes of another process under our identity were seen.
+    fn identity_conflicts(&self, new: u64);
+}
+
+/// Liveness of the election task: it beats on every turn of its loop (at
+/// least once per retry period) and flags its own end.
+#[derive(Debug, Default)]
+pub struct Heartbeat {
+    last_beat_ms: AtomicU64,
+    ended: AtomicBool,
+}
+
+impl Heartbeat {
+    pub fn new() -> Arc<Self> {
+        let heartbeat = Arc::new(Self::default());
+        heartbeat.beat();
+        heartbeat
+    }
+
+    pub fn beat(&self) {
+        self.last_beat_ms
+            .store(BootInstant::now().as_millis(), Ordering::Relaxed);
+    }
+
+    pub fn end(&self) {
+        self.ended.store(true, Ordering::Relaxed);
+    }
+
+    /// Alive: not ended, and beat within `max_silence`.
+    pub fn is_alive(&self, max_silence: Duration) -> bool {
+        let silence = BootInstant::now()
+            .as_millis()
+            .saturating_sub(self.last_beat_ms.load(Ordering::Relaxed));
+        !self.ended.load(Ordering::Relaxed) && silence <= max_silence.as_millis() as u64
+    }
+}
+
+/// Runs the election until `shutdown` is cancelled, then hands over.
+/// `collector_health` (see [`crate::serve::collector_health`]) gates contention;
+/// without it the collector counts as healthy.
+pub async fn run(
+    store: Arc<dyn LeaseStore>,
+    election: Election,
+    publisher: impl Outlet,
+    heartbeat: Arc<Heartbeat>,
+    shutdown: CancellationToken,
+    options: ShutdownOptions,
+    collector_health: Option<watch::Receiver<bool>>,
+) {
+    let _ended = EndOnDrop(heartbeat.clone());
+    let mut driver = Driver {
+        store,
+        election,
+        publisher: Arc::new(publisher),
+        inflight: None,
+        handled: Instant::now(),
+        stepped_down_at: None,
+        gate_lag: options.gate_lag,
+        collector_health,
+    };
+    if let Some(health) = &mut driver.collector_health {
+        // Part of the very first published state: nothing has happened yet,
+        // so this input can produce no action.
+        let healthy = *health.borrow_and_update();
+        let actions = driver
+            .election
+            .handle(Input::CollectorHealth(healthy), now());
+        debug_assert!(actions.is_empty());
+    }
+    driver.publish_now();
+    driver.contend(&heartbeat, &shutdown).await;
+    driver.hand_over(options).await;
+}
+
+struct Driver {
+    store: Arc<dyn LeaseStore>,
+    election: Election,
+    publisher: Arc<dyn Outlet>,
+    /// The one request in flight, resolving to its input.
+    inflight: Option<BoxFuture<'static, Input>>,
+    /// The instant of the last input fed to the machine.
+    handled: Instant,
+    /// When "not leading" was last published after leading: the gates count
+    /// their lag from here (G6).
+    stepped_down_at: Option<Instant>,
+    gate_lag: Duration,
+    /// The collector's health; `None` when not checked (or the check ended).
+    collector_health: Option<watch::Receiver<bool>>,
+}
+
+// === impl Driver ===
+
+impl Driver {
+    async fn contend(&mut self, heartbeat: &Heartbeat, shutdown: &CancellationToken) {
+        let mut watch = self.store.watch();
+        // Restarts of the watch stream after a 401 or its end, in a row.
+        let mut restarts = 0u32;
+        // Watch errors in a row.
+        let mut errors = 0u32;
+        // Wake at least once per retry period so the heartbeat shows a live loop.
+        let max_sleep = self.election.settings().retry_period;
+        let mut silence = WatchSilence::default();
+        loop {
+            heartbeat.beat();
+            let read_at = silence
+                .read_due(max_sleep)
+                .filter(|_| self.inflight.is_none());
+            let cap = Instant::now() + max_sleep;
+            let wake = self
+                .election
+                .next_wakeup(self.handled)
+                .map_or(cap, |w| w.min(cap));
+            let input = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return,
+                input = in_flight(&mut self.inflight) => {
+                    self.inflight = None;
+                    input
+                }
+                healthy = health_change(&mut self.collector_health) => match healthy {
+                    Some(healthy) => Input::CollectorHealth(healthy),
+                    None => {
+                        // The check ended (it panicked): fail closed.
+                        tracing::error!("the collector health check stopped; counting the collector as unhealthy");
+                        self.collector_health = None;
+                        Input::CollectorHealth(false)
+                    }
+                },
+                item = watch.next() => match item {
+                    Some(Ok(lease)) => {
+                        restarts = 0;
+                        errors = 0;
+                        silence.heard();
+                        Input::Observed(lease)
+                    }
+                    Some(Err(ApiError::Unauthorized)) => {
+                        self.reload_credentials().await;
+                        restarts += 1;
+                        watch = self.restart_watch(auth_backoff(restarts));
+                        Input::WatchInterrupted
+                    }
+                    Some(Err(error)) => {
+                        self.publisher.api_request("watch", Err(&error));
+                        tracing::debug!(%error, "lease watch failed; a fresh one lists again");
+                        silence.failed(&error);
+                        errors += 1;
+                        watch = self.restart_watch(self.error_backoff(errors));
+                        Input::WatchInterrupted
+                    }
+                    None => {
+                        restarts += 1;
+                        watch = self.restart_watch(auth_backoff(restarts));
+                        Input::WatchInterrupted
+                    }
+                },
+                () = sleep_until(read_at.unwrap_or(wake)), if read_at.is_some() => {
+                    self.inflight = Some(self.read_for(silence.read()));
+                    continue;
+                }
+                () = sleep_until(wake) => Input::Tick,
+            };
+            self.step(input).await;
+        }
+    }
+
+    /// A GET in place of a watch that keeps failing: what it finds is an
+    /// observation like the watch's (`why` is the watch's last error).
+    fn read_for(&self, why: Option<String>) -> BoxFuture<'static, Input> {
+        if let Some(why) = why {
+            tracing::warn!(
+                error = %why,
+                "the lease watch keeps failing: reading the lease every retry period instead (grant list and watch on the lease to go back to watching)"
+            );
+        }
+        let get = self.store.get();
+        let timeout = self.election.settings().renew_deadline / 2;
+        let publisher = self.publisher.clone();
+        Box::pin(async move {
+            let result = with_timeout(timeout, get).await;
+            publisher.api_request("get", result.as_ref().map(|_| ()));
+            match result {
+                Ok(lease) => Input::Observed(lease),
+                // Said by the store once per episode; nothing learnt.
+                Err(_) => Input::Tick,
+            }
+        })
+    }
+
+    /// Re-reads credentials, bounded by a retry period: an exec plugin that
+    /// hangs must not stall the loop (its deadlines, its shutdown).
+    fn reload_credentials(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (store, limit) = (self.store.clone(), self.election.settings().retry_period);
+        async move {
+            if tokio::time::timeout(limit, store.reload_credentials())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    ?limit,
+                    "reloading API credentials took too long; using the old ones"
+                );
+            }
+        }
+    }
+
+    /// After `errors` watch errors in a row: a quarter of the retry period,
+    /// doubling up to one retry period, jittered. kube-runtime's own backoff
+    /// (up to 30 s) would leave the view unconfirmed, and an absent Lease
+    /// uncreated, long after the API server is back; this is at most as
+    /// many requests as client-go's candidates make anyway (a GET per retry
+    /// period each).
+    fn error_backoff(&self, errors: u32) -> Duration {
+        let retry = self.election.settings().retry_period;
+        (retry / 4)
+            .saturating_mul(1 << errors.clamp(1, 3).saturating_sub(1))
+            .min(retry)
+            .mul_f64(0.8 + fastrand::f64() * 0.2)
+    }
+
+    /// A new watch stream (a fresh watcher lists first) started after
+    /// `backoff`.
+    fn restart_watch(
+        &self,
+        backoff: Duration,
+    ) -> BoxStream<'static, Result<Option<Lease>, ApiError>> {
+        let delay =
+            futures::stream::once(tokio::time::sleep(backoff)).filter_map(|()| async { None });
+        // Made once the backoff is over, so it starts from what is true then.
+        let store = self.store.clone();
+        let fresh = futures::stream::once(async move { store.watch() }).flatten();
+        delay.chain(fresh).boxed()
+    }
+
+    /// One turn: feed the input, publish, then act.
+    async fn step(&mut self, input: Input) {
+        let why = match input {
+            Input::Release { .. } => "shutdown",
+            _ => "collector unhealthy",
+        };
+        let now = now();
+        let before = self.election.snapshot(now.instant);
+        let (conflicts_before, _) = self.election.identity_conflicts();
+        let actions = self.election.handle(input, now);
+        self.handled = now.instant;
+        self.report_identity_conflict(conflicts_before);
+        let after = self.publish_now();
+        let why = match after.last_stop {
+            Some(StopReason::HandoverRequested) if why != "shutdown" => "handover requested",
+            _ => why,
+        };
+        if before.leading && !after.leading {
+            self.stepped_down_at = Some(Instant::now());
+        }
+        log_transition(&before, &after, &self.election.settings().identity);
+        for action in actions {
+            match action {
+                Action::Write(write) if write.purpose == Purpose::Release => {
+                    // On shutdown or for an unhealthy collector: not before
+                    // the gates closed (G6).
+                    let gates_closed = self.gates_closed();
+                    let release = self.send(write);
+                    self.inflight = Some(Box::pin(async move {
+                        if let Some(at) = gates_closed {
+                            sleep_until(at).await;
+                        }
+                        let input = release.await;
+                        match &input {
+                            Input::Written(Ok(_)) => {
+                                tracing::info!(why, "released the lease for a peer to take at once")
+                            }
+                            Input::Written(Err(error)) => tracing::warn!(
+                                why,
+                                %error,
+                                "could not release the lease; peers take it after it expires"
+                            ),
+                            _ => {}
+                        }
+                        input
+                    }));
+                }
+                Action::Write(write) => self.inflight = Some(self.send(write)),
+                Action::Read { timeout } => {
+                    let get = self.store.get();
+                    let publisher = self.publisher.clone();
+                    self.inflight = Some(Box::pin(async move {
+                        let result = with_timeout(timeout, get).await;
+                        publisher.api_request("get", result.as_ref().map(|_| ()));
+                        Input::Read(result)
+                    }));
+                }
+                Action::ReloadCredentials => self.reload_credentials().await,
+            }
+        }
+    }
+
+    /// Says loudly, once per other process, that someone else writes the
+    /// Lease under our identity (G7: it is never taken for ours).
+    fn report_identity_conflict(&self, before: u64) {
+        let (conflicts, other) = self.election.identity_conflicts();
+        if conflicts <= before {
+            return;
+        }
+        self.publisher.identity_conflicts(conflicts - before);
+        let identity = &self.election.settings().identity;
+        tracing::error!(
+            identity = identity.as_str(),
+            other_writer = other,
+            own_writer = self.election.writer().as_str(),
+            "another process is writing the Lease under this pod's identity {identity:?}; its writes are never taken for ours, but the two cannot share work: give each candidate a unique --identity (LEADER_GATE_IDENTITY), e.g. the pod name"
+        );
+    }
+
+    /// When the gates are closed after the last step-down: its publication
+    /// plus the gate lag (G6). `None`: this process never led.
+    fn gates_closed(&self) -> Option<Instant> {
+        self.stepped_down_at.map(|at| at + self.gate_lag)
+    }
+
+    fn publish_now(&self) -> Snapshot {
+        let snapshot = self.election.snapshot(Instant::now());
+        self.publisher.publish(&snapshot);
+        snapshot
+    }
+
+    fn send(&self, write: Write) -> BoxFuture<'static, Input> {
+        // An acquisition is the first renew of a term.
+        let renew = matches!(write.purpose, Purpose::Renew | Purpose::Acquire);
+        let renewing = write.purpose == Purpose::Renew;
+        let (verb, request) = match write.op {
+            WriteOp::Create(object) => ("create", self.store.create(*object)),
+            WriteOp::Replace(object) => ("update", self.store.replace(*object)),
+        };
+        let publisher = self.publisher.clone();
+        Box::pin(async move {
+            let sent = (BootInstant::now(), Instant::now());
+            let result = with_timeout(write.timeout, request).await;
+            publisher.api_request(verb, result.as_ref().map(|_| ()));
+            if renew && result.is_ok() {
+                publisher.renewed(sent.0, sent.1.elapsed());
+            }
+            if renewing && matches!(result, Err(ApiError::Conflict(_))) {
+                publisher.renew_conflict();
+            }
+            Input::Written(result)
+        })
+    }
+
+    /// G6: not leading → gate lag → the request in flight → marked release,
+    /// all within the shutdown timeout.
+    async fn hand_over(&mut self, options: ShutdownOptions) {
+        let deadline = Instant::now() + options.timeout;
+        self.step(Input::Shutdown).await;
+        if let Some(gates_closed) = self.gates_closed() {
+            // The gates close on "not leading"; give them their lag, counted
+            // from when it was published, before anyone may take over.
+            if timeout_at(deadline, sleep_until(gates_closed))
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "the gate lag outlasts the shutdown timeout: not releasing; peers take over after expiry"
+                );
+                return;
+            }
+        }
+        if let Some(inflight) = self.inflight.take() {
+            match timeout_at(deadline, inflight).await {
+                Ok(input) => self.step(input).await,
+                Err(_) => {
+                    // Its outcome is unknown, so a release could not be a CAS
+                    // on the record it wrote: leave the Lease to expire.
+                    tracing::warn!(
+                        "shutdown timeout while a lease request was in flight: not releasing"
+                    );
+                    return;
+                }
+            }
+        }
+        if !options.release {
+            return;
+        }
+        // Nothing is in flight now: the machine releases the Lease if it is
+        // still ours, in what is left of the shutdown timeout (the write's
+        // own timeout), and the answer goes back to it like any other.
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.step(Input::Release { timeout: left }).await;
+        if let Some(release) = self.inflight.take() {
+            let input = release.await;
+            self.step(input).await;
+        }
+    }
+}
+
+/// After `restarts` 401s or ends of the stream in a row: 1 s doubling to
+/// 30 s, jittered, so a persistent 401 cannot turn into a stream of LISTs.
+fn auth_backoff(restarts: u32) -> Duration {
+    WATCH_RESTART.delay(restarts, fastrand::f64())
+}
+
+fn now() -> Now {
+    Now {
+        instant: Instant::now(),
+        boot: BootInstant::now(),
+        wall_micros: wall_micros(),
+    }
+}
+
+/// Resolves with the collector's health when it changes (`None`: the check
+/// ended), or never when it is not checked.
+async fn health_change(health: &mut Option<watch::Receiver<bool>>) -> Option<bool> {
+    match health {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(*rx.borrow_and_update()),
+            Err(_) => None,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves with the request in flight, or never when there is none.
+async fn in_flight(inflight: &mut Option<BoxFuture<'static, Input>>) -> Input {
+    match inflight {
+        Some(future) => future.await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn with_timeout<T>(
+    limit: Duration,
+    request: BoxFuture<'static, Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    tokio::time::timeout(limit, request)
+        .await
+        .unwrap_or(Err(ApiError::Timeout(limit)))
+}
+
+fn log_transition(before: &Snapshot, after: &Snapshot, identity: &str) {
+    if !before.leading && after.leading {
+        let term = after.term.as_ref().map(ToString::to_string);
+        tracing::info!(identity, term, "started leading");
+    }
+    if before.leading && !after.leading {
+        let term = before.term.as_ref().map(ToString::to_string);
+        let reason = after.last_stop.map(|r| r.as_str());
+        tracing::warn!(identity, term, reason, "stopped leading");
+    }
+    if before.holder != after.holder && !after.leading {
+        tracing::info!(holder = after.holder.as_deref(), "observed leader changed");
+    }
+}
+
+/// How long the watch has failed without a word: after [`SILENT_PERIODS`]
+/// retry periods (list or watch denied while get and update are allowed, a
+/// proxy that breaks watches) the election reads the Lease every retry
+/// period instead, so it keeps contending.
+#[derive(Debug, Default)]
+struct WatchSilence {
+    failing_since: Option<Instant>,
+    last_error: Option<String>,
+    /// When the last fallback read went out.
+    read_at: Option<Instant>,
+    /// The fallback was announced in this episode.
+    announced: bool,
+}
+
+/// Retry periods of a failing watch before reads take its place.
+const SILENT_PERIODS: u32 = 3;
+
+impl WatchSilence {
+    fn heard(&mut self) {
+        if self.announced {
+            tracing::info!("the lease watch works again; no more fallback reads");
+        }
+        *self = Self::default();
+    }
+
+    fn failed(&mut self, error: &ApiError) {
+        self.failing_since.get_or_insert_with(Instant::now);
+        self.last_error = Some(error.to_string());
+    }
+
+    /// When the next fallback read is due, if the watch is failing.
+    fn read_due(&self, retry: Duration) -> Option<Instant> {
+        let since = self.failing_since?;
+        Some(match self.read_at {
+            Some(last) => last + retry,
+            None => since + retry * SILENT_PERIODS,
+        })
+    }
+
+    /// A read goes out now; the first of an episode says why.
+    fn read(&mut self) -> Option<String> {
+        self.read_at = Some(Instant::now());
+        (!std::mem::replace(&mut self.announced, true))
+            .then(|| self.last_error.clone())
+            .flatten()
+    }
+}
+
+/// Flags the heartbeat as ended however the task ends, panics included.
+struct EndOnDrop(Arc<Heartbeat>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,522 @@
+//! Driver tests on paused time (DESIGN.md pyramid, level 2): drivers run
+//! against an in-memory [`LeaseStore`] seam, so tokio's auto-advancing clock
+//! gives exact instants — no sockets here, which paused time cannot wait on.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use kube::api::DynamicObject;
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::elector::lease::Lease;
+use crate::elector::machine::Settings;
+use crate::serve::published::{LeaderState, Publisher};
+
+/// One Lease in memory, shared by all candidates, with a watch of its states.
+struct Memory {
+    object: Mutex<(Option<DynamicObject>, u64)>,
+    changes: watch::Sender<Option<Lease>>,
+    /// Successful writes: (client, instant).
+    writes: Mutex<Vec<(String, Instant)>>,
+}
+
+/// One candidate's connection to [`Memory`]; `hang` makes its writes hang,
+/// `unauthorized` makes every watch fail with a 401 at once, `watch_fails`
+/// every new watch with a transport error, and `cut` the open one.
+#[derive(Clone)]
+struct Client {
+    name: String,
+    memory: Arc<Memory>,
+    hang: Arc<AtomicBool>,
+    unauthorized: Arc<AtomicBool>,
+    watch_fails: Arc<AtomicBool>,
+    cut: Arc<watch::Sender<u64>>,
+    watches_started: Arc<AtomicUsize>,
+    reload_hangs: Arc<AtomicBool>,
+}
+
+impl Memory {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            object: Mutex::new((None, 1)),
+            changes: watch::channel(None).0,
+            writes: Mutex::default(),
+        })
+    }
+
+    fn client(self: &Arc<Self>, name: &str) -> Client {
+        Client {
+            name: name.into(),
+            memory: self.clone(),
+            hang: Arc::default(),
+            unauthorized: Arc::default(),
+            watch_fails: Arc::default(),
+            cut: Arc::new(watch::channel(0).0),
+            watches_started: Arc::default(),
+            reload_hangs: Arc::default(),
+        }
+    }
+
+    fn write(
+        &self,
+        client: &str,
+        mut object: DynamicObject,
+        create: bool,
+    ) -> Result<Lease, ApiError> {
+        let mut guard = self.object.lock().unwrap();
+        let (stored, rv) = &mut *guard;
+        match (create, stored.as_ref()) {
+            (true, Some(_)) => return Err(ApiError::Conflict("AlreadyExists".into())),
+            (false, None) => return Err(ApiError::NotFound),
+            (false, Some(current))
+                if current.metadata.resource_version != object.metadata.resource_version =>
+            {
+                return Err(ApiError::Conflict("Conflict".into()));
+            }
+            _ => {}
+        }
+        *rv += 1;
+        object.metadata.resource_version = Some(rv.to_string());
+        object.metadata.uid.get_or_insert_with(|| "uid-1".into());
+        *stored = Some(object.clone());
+        let lease = Lease::new(object);
+        self.changes.send_replace(Some(lease.clone()));
+        self.writes
+            .lock()
+            .unwrap()
+            .push((client.into(), Instant::now()));
+        Ok(lease)
+    }
+
+    /// An operator deletes the Lease.
+    fn delete(&self) {
+        self.object.lock().unwrap().0 = None;
+        self.changes.send_replace(None);
+    }
+
+    fn writes_by(&self, client: &str) -> Vec<Instant> {
+        let writes = self.writes.lock().unwrap();
+        writes
+            .iter()
+            .filter(|(c, _)| c == client)
+            .map(|(_, at)| *at)
+            .collect()
+    }
+
+    fn last_write_by(&self, client: &str) -> Instant {
+        self.writes
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(c, _)| c == client)
+            .unwrap()
+            .1
+    }
+}
+
+impl Client {
+    fn write(
+        &self,
+        object: DynamicObject,
+        create: bool,
+    ) -> BoxFuture<'static, Result<Lease, ApiError>> {
+        let this = self.clone();
+        async move {
+            if this.hang.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            this.memory.write(&this.name, object, create)
+        }
+        .boxed()
+    }
+}
+
+impl LeaseStore for Client {
+    fn create(&self, object: DynamicObject) -> BoxFuture<'static, Result<Lease, ApiError>> {
+        self.write(object, true)
+    }
+
+    fn replace(&self, object: DynamicObject) -> BoxFuture<'static, Result<Lease, ApiError>> {
+        self.write(object, false)
+    }
+
+    fn get(&self) -> BoxFuture<'static, Result<Option<Lease>, ApiError>> {
+        let current = self.memory.changes.borrow().clone();
+        async move { Ok(current) }.boxed()
+    }
+
+    fn watch(&self) -> BoxStream<'static, Result<Option<Lease>, ApiError>> {
+        self.watches_started.fetch_add(1, Ordering::SeqCst);
+        if self.unauthorized.load(Ordering::SeqCst) {
+            let refused = futures::stream::once(async { Err(ApiError::Unauthorized) });
+            return refused.chain(futures::stream::pending()).boxed();
+        }
+        if self.watch_fails.load(Ordering::SeqCst) {
+            let refused =
+                futures::stream::once(async { Err(ApiError::Transport("refused".into())) });
+            return refused.chain(futures::stream::pending()).boxed();
+        }
+        let rx = self.memory.changes.subscribe();
+        let mut cut = self.cut.subscribe();
+        cut.mark_unchanged();
+        futures::stream::unfold((rx, cut, true), |(mut rx, mut cut, first)| async move {
+            if !first {
+                tokio::select! {
+                    changed = rx.changed() => changed.ok()?,
+                    _ = cut.changed() => {
+                        let error = Err(ApiError::Transport("connection reset".into()));
+                        return Some((error, (rx, cut, false)));
+                    }
+                }
+            }
+            let current = rx.borrow_and_update().clone();
+            Some((Ok(current), (rx, cut, false)))
+        })
+        .boxed()
+    }
+
+    fn reload_credentials(&self) -> BoxFuture<'static, ()> {
+        let hangs = self.reload_hangs.load(Ordering::SeqCst);
+        async move {
+            if hangs {
+                std::future::pending::<()>().await;
+            }
+        }
+        .boxed()
+    }
+}
+
+/// A running driver and the instants at which its published `leading` flipped.
+struct Candidate {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    flips: Arc<Mutex<Vec<(Instant, bool)>>>,
+}
+
+impl Candidate {
+    fn start(client: Client) -> Self {
+        Self::start_with(client, Duration::ZERO)
+    }
+
+    fn start_with(client: Client, gate_lag: Duration) -> Self {
+        Self::start_checked(client, gate_lag, None)
+    }
+
+    /// A candidate whose collector's health comes from `health`.
+    fn start_checked(
+        client: Client,
+        gate_lag: Duration,
+        health: Option<watch::Receiver<bool>>,
+    ) -> Self {
+        let settings = Settings {
+            identity: client.name.clone(),
+            namespace: "ns".into(),
+            lease_name: "demo".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        };
+        let events = crate::serve::transitions::EventLog::new(&client.name, 64, 64);
+        let metrics = Arc::new(crate::serve::metrics::Metrics::new("ns", "demo"));
+        let (publisher, mut rx) = Publisher::new(events, metrics);
+        let flips = Arc::new(Mutex::new(Vec::new()));
+        let recorded = flips.clone();
+        tokio::spawn(async move {
+            let mut last = false;
+            while rx.changed().await.is_ok() {
+                let state: LeaderState = rx.borrow_and_update().clone();
+                if state.leading != last {
+                    last = state.leading;
+                    recorded.lock().unwrap().push((Instant::now(), last));
+                }
+            }
+        });
+        let stop = CancellationToken::new();
+        let options = ShutdownOptions {
+            release: true,
+            gate_lag,
+            timeout: Duration::from_secs(5),
+        };
+        // Claims of the successor slot within [2 s, 2.5 s] of seeing a
+        // leader: a peer started 3 s before a hand-over is its successor.
+        let mut election = Election::new(settings, 42);
+        election.set_successor_claim_window(Duration::from_millis(2500));
+        let task = tokio::spawn(run(
+            Arc::new(client),
+            election,
+            publisher,
+            Heartbeat::new(),
+            stop.clone(),
+            options,
+            health,
+        ));
+        Self { stop, task, flips }
+    }
+
+    fn flips(&self) -> Vec<(Instant, bool)> {
+        self.flips.lock().unwrap().clone()
+    }
+
+    fn started_at(&self) -> Option<Instant> {
+        self.flips()
+            .iter()
+            .find(|(_, leading)| *leading)
+            .map(|(at, _)| *at)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_leader_steps_down_at_its_renew_deadline_and_the_peer_waits_for_expiry() {
+    let memory = Memory::new();
+    let a = memory.client("a");
+    let hang_a = a.hang.clone();
+    let leader = Candidate::start(a);
+    sleep(Duration::from_secs(3)).await;
+    assert!(leader.started_at().is_some(), "a leads a fresh Lease");
+    let follower = Candidate::start(memory.client("b"));
+    sleep(Duration::from_secs(2)).await;
+
+    // From now on every request of `a` hangs: no answer, no error.
+    hang_a.store(true, Ordering::SeqCst);
+    let last_renew = memory.last_write_by("a");
+    sleep(Duration::from_secs(30)).await;
+
+    let flips = leader.flips();
+    let (stepped_down, leading) = flips[1];
+    assert!(!leading);
+    // Exactly last successful renew sent + renew_deadline, by the timer alone.
+    assert_eq!(stepped_down - last_renew, Duration::from_secs(10));
+    // The peer takes over one lease duration after it last saw a change,
+    // plus at most half a retry period of spread — never before.
+    let taken = follower.started_at().expect("b takes over");
+    let after = taken - last_renew;
+    assert!(
+        after >= Duration::from_secs(15),
+        "b took over {after:?} after a's last renew"
+    );
+    assert!(
+        after <= Duration::from_secs(16),
+        "b took over {after:?} after a's last renew"
+    );
+    assert!(stepped_down < taken);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_releases_and_a_watching_peer_takes_over_without_waiting_for_expiry() {
+    let memory = Memory::new();
+    let mut leader = Candidate::start(memory.client("a"));
+    sleep(Duration::from_secs(3)).await;
+    let follower = Candidate::start(memory.client("b"));
+    sleep(Duration::from_secs(3)).await;
+    assert!(follower.started_at().is_none());
+
+    let signalled = Instant::now();
+    leader.stop.cancel();
+    (&mut leader.task).await.unwrap();
+    let flips = leader.flips();
+    assert_eq!(
+        flips.last().unwrap(),
+        &(signalled, false),
+        "not leading at once"
+    );
+    let released = memory.last_write_by("a");
+    sleep(Duration::from_secs(5)).await;
+    let taken = follower.started_at().expect("b takes the marked release");
+    assert!(taken >= released);
+    assert!(
+        taken - released <= Duration::from_millis(100),
+        "at once: a marked release is free, no acquisition spread"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_request_during_shutdown_is_bounded_by_the_shutdown_timeout() {
+    let memory = Memory::new();
+    let a = memory.client("a");
+    let hang_a = a.hang.clone();
+    let mut leader = Candidate::start(a);
+    sleep(Duration::from_secs(3)).await;
+    hang_a.store(true, Ordering::SeqCst);
+    sleep(Duration::from_secs(2)).await; // a renew is now in flight, hanging
+    let signalled = Instant::now();
+    leader.stop.cancel();
+    (&mut leader.task).await.unwrap();
+    assert!(Instant::now() - signalled <= Duration::from_secs(5));
+    assert_eq!(leader.flips().last().unwrap(), &(signalled, false));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_release_waits_for_the_gate_lag_counted_from_the_step_down() {
+    let memory = Memory::new();
+    let a = memory.client("a");
+    let hang_a = a.hang.clone();
+    let mut leader = Candidate::start_with(a, Duration::from_secs(3));
+    sleep(Duration::from_secs(3)).await;
+    let follower = Candidate::start(memory.client("b"));
+    sleep(Duration::from_secs(1)).await;
+
+    // a's renews hang: it steps down at its deadline; SIGTERM comes 1 s later.
+    hang_a.store(true, Ordering::SeqCst);
+    while leader.flips().len() < 2 {
+        sleep(Duration::from_millis(100)).await;
+    }
+    let stepped_down = leader.flips()[1].0;
+    sleep(Duration::from_secs(1)).await;
+    hang_a.store(false, Ordering::SeqCst);
+    leader.stop.cancel();
+    (&mut leader.task).await.unwrap();
+    // The release goes out only once the gates had their lag after the
+    // step-down: never earlier, so no peer starts while the collector may run.
+    let released = memory.last_write_by("a");
+    assert!(
+        released >= stepped_down + Duration::from_secs(3),
+        "{:?}",
+        released - stepped_down
+    );
+    sleep(Duration::from_secs(2)).await;
+    assert!(follower.started_at().unwrap() >= released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_refused_with_401_is_restarted_with_backoff_not_in_a_loop() {
+    let memory = Memory::new();
+    let a = memory.client("a");
+    a.unauthorized.store(true, Ordering::SeqCst);
+    let started = a.watches_started.clone();
+    let _candidate = Candidate::start(a);
+    sleep(Duration::from_secs(60)).await;
+    // 1, 2, 4, 8, 16, 30 s (+ jitter): about seven in a minute, not thousands.
+    let n = started.load(Ordering::SeqCst);
+    assert!((3..=9).contains(&n), "{n} watches in a minute");
+}
+
+/// The chaos test's overlap (seed 1890576493116111142), on paused time: b
+/// saw the Lease deleted, then its watch failed; a created the Lease and an
+/// operator deleted it again, unseen by b. A create retried from b's old view
+/// would succeed on that second absence while a may still lead.
+#[tokio::test(start_paused = true)]
+async fn a_failed_watch_is_listed_afresh_and_no_create_goes_out_from_the_stale_view() {
+    let memory = Memory::new();
+    let t0 = Instant::now();
+    let created = |identity: &str| {
+        crate::elector::lease::created(
+            "ns",
+            "demo",
+            identity,
+            crate::clock::wall_micros(),
+            Duration::from_secs(15),
+        )
+    };
+    memory.write("a", created("a"), true).unwrap();
+    let b = memory.client("b");
+    let (fails, cut, started) = (
+        b.watch_fails.clone(),
+        b.cut.clone(),
+        b.watches_started.clone(),
+    );
+    let _b = Candidate::start(b);
+    sleep(Duration::from_secs(1)).await;
+    memory.delete();
+    sleep(Duration::from_secs(1)).await;
+    fails.store(true, Ordering::SeqCst);
+    cut.send_modify(|n| *n += 1);
+    sleep(Duration::from_secs(3)).await;
+    memory.write("a", created("a"), true).unwrap();
+    sleep(Duration::from_secs(1)).await;
+    memory.delete();
+    // b's old view expires at 1 + 15 s; its watch stays down until 40 s.
+    sleep_until(t0 + Duration::from_secs(40)).await;
+    assert_eq!(memory.writes_by("b"), [], "no create from a stale view");
+    let restarts = started.load(Ordering::SeqCst);
+    // 38 s of failures, one fresh watch every 0.4 to 2 s.
+    assert!((15..=60).contains(&restarts), "{restarts} watches");
+    fails.store(false, Ordering::SeqCst);
+    sleep(Duration::from_secs(20)).await;
+    let writes = memory.writes_by("b");
+    // Listed within a retry period; the absence it shows counts as a
+    // deletion seen then: a duration later, and a spread, b creates.
+    assert!(!writes.is_empty(), "b creates once the watch lists again");
+    let after = writes[0] - t0;
+    assert!(
+        after >= Duration::from_secs(55) && after <= Duration::from_secs(58),
+        "{after:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_credential_reload_stalls_neither_the_loop_nor_shutdown() {
+    let memory = Memory::new();
+    let a = memory.client("a");
+    a.unauthorized.store(true, Ordering::SeqCst);
+    a.reload_hangs.store(true, Ordering::SeqCst);
+    let started = a.watches_started.clone();
+    let mut candidate = Candidate::start(a);
+    sleep(Duration::from_secs(30)).await;
+    assert!(
+        started.load(Ordering::SeqCst) >= 2,
+        "the watch was restarted after the reload gave up"
+    );
+    let signalled = Instant::now();
+    candidate.stop.cancel();
+    (&mut candidate.task).await.unwrap();
+    assert!(Instant::now() - signalled <= Duration::from_secs(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unhealthy_collector_ends_the_term_at_once_releases_after_the_gate_lag_and_contends_again_once_healthy()
+ {
+    let memory = Memory::new();
+    let (health, rx) = watch::channel(true);
+    let gate_lag = Duration::from_secs(3);
+    let leader = Candidate::start_checked(memory.client("a"), gate_lag, Some(rx));
+    sleep(Duration::from_secs(3)).await;
+    assert!(leader.started_at().is_some(), "a leads a fresh Lease");
+    let mut follower = Candidate::start(memory.client("b"));
+    sleep(Duration::from_secs(3)).await;
+
+    let failed = Instant::now();
+    health.send_replace(false);
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(leader.flips()[1], (failed, false), "not leading at once");
+    // The release waits for the gate lag, counted from the step-down, and
+    // the watching peer takes it at once, long before any expiry.
+    let released = memory.last_write_by("a");
+    assert!(released >= failed + gate_lag, "{:?}", released - failed);
+    assert!(released - failed <= gate_lag + Duration::from_millis(100));
+    let taken = follower.started_at().expect("b takes the marked release");
+    // A marked release is free: taken without the acquisition spread.
+    assert!(
+        taken >= released && taken - released <= Duration::from_millis(100),
+        "{:?}",
+        taken - released
+    );
+
+    // b leaves with a release: the Lease is free, but a does not contend.
+    follower.stop.cancel();
+    (&mut follower.task).await.unwrap();
+    let freed = Instant::now();
+    sleep(Duration::from_secs(40)).await;
+    assert_eq!(
+        memory.last_write_by("a"),
+        released,
+        "no write while unhealthy"
+    );
+
+    health.send_replace(true);
+    sleep(Duration::from_secs(2)).await;
+    let flips = leader.flips();
+    let (again, leading) = *flips.last().unwrap();
+    assert!(leading, "a leads again once its collector is healthy");
+    // Only once healthy, and then within the spread (retry/2): b's release
+    // left it free, naming no successor (a, unhealthy, claimed nothing).
+    assert!(again >= freed + Duration::from_secs(40));
+    assert!(again <= freed + Duration::from_secs(41) + Duration::from_millis(100));
+}

@@ -1,0 +1,285 @@
+//! The named successor (issue 13): which follower takes over next, kept in
+//! the Lease itself, and the hand-over an operator asks for.
+//!
+//! - `leader-gate.dev/successor: <identity>` names the follower that takes a
+//!   released Lease at once, and an expired one at expiry without the
+//!   spread. Everyone else waits a fallback delay, long enough for the
+//!   successor's write to reach them on the watch (DESIGN "Named
+//!   successor"). The slot is claimed by one follower with a CAS PUT, spread
+//!   over a claim window so that conflicts stay O(1) with thousands of
+//!   candidates; an acquisition empties it; a successor that stops (SIGTERM,
+//!   an unhealthy collector) clears its own name.
+//! - `leader-gate.dev/handover-to: <identity>` (written by `leader-gate
+//!   handover`), or `spec.preferredHolder` where the API server keeps it,
+//!   asks the holder to step down ([`StopReason::HandoverRequested`]) and to
+//!   release naming that identity as the successor.
+//!
+//! Neither annotation is part of [`Lease::content`]: a claim or a request
+//! does not restart the followers' expiry clocks (G3). A successor is never
+//! trusted with anything: it leads only after its own acquisition (G7).
+
+use std::time::Duration;
+
+use kube::api::DynamicObject;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::view::View;
+use super::{Action, Election, Now, Purpose, Settings, StopReason, Write, WriteOp};
+use crate::elector::lease::{Lease, MAX_IDENTITY_LEN, bounded};
+
+/// Names the follower that takes the Lease over next.
+pub const SUCCESSOR_ANNOTATION: &str = "leader-gate.dev/successor";
+/// Asks the holder to hand the Lease over to the identity it names.
+pub const HANDOVER_ANNOTATION: &str = "leader-gate.dev/handover-to";
+/// The default window over which followers spread their claims of an empty
+/// slot: with N candidates and a watch latency L, about N × L / window
+/// claims collide (5,000 × 10 ms / 60 s ≈ 1).
+pub const DEFAULT_CLAIM_WINDOW: Duration = Duration::from_secs(60);
+
+/// The successor named by `lease`, if any.
+pub fn successor_of(lease: &Lease) -> Option<String> {
+    annotation(lease.object(), SUCCESSOR_ANNOTATION)
+}
+
+/// The hand-over asked for in `lease`, if any.
+pub fn handover_to(lease: &Lease) -> Option<String> {
+    annotation(lease.object(), HANDOVER_ANNOTATION)
+}
+
+/// `spec.preferredHolder`, kept only where coordinated leader election is
+/// enabled on the API server (it drops the field otherwise).
+pub fn preferred_holder(lease: &Lease) -> Option<String> {
+    lease
+        .object()
+        .data
+        .get("spec")
+        .and_then(|s| s.get("preferredHolder"))
+        .and_then(Value::as_str)
+        .filter(|h| !h.is_empty())
+        .map(|h| bounded(h, MAX_IDENTITY_LEN))
+}
+
+fn annotation(object: &DynamicObject, key: &str) -> Option<String> {
+    object
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .filter(|v| !v.is_empty())
+        .map(|v| bounded(v, MAX_IDENTITY_LEN))
+}
+
+/// Sets (or, with `None`, removes) an annotation of `object`.
+pub fn set_annotation(object: &mut DynamicObject, key: &str, value: Option<&str>) {
+    match value {
+        Some(value) => {
+            object
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(key.into(), value.into());
+        }
+        None => {
+            if let Some(annotations) = object.metadata.annotations.as_mut() {
+                annotations.remove(key);
+            }
+        }
+    }
+}
+
+/// An acquisition empties the slot and answers any hand-over request.
+pub(super) fn on_acquired(object: &mut DynamicObject) {
+    set_annotation(object, SUCCESSOR_ANNOTATION, None);
+    set_annotation(object, HANDOVER_ANNOTATION, None);
+}
+
+/// The successor state of one candidate.
+#[derive(Debug)]
+pub(super) struct Slot {
+    /// Claims of an empty slot are spread over `[retry_period, window]`.
+    pub(super) window: Duration,
+    /// When our claim of the empty slot goes out.
+    pub(super) claim_at: Option<Instant>,
+    /// The successor the last turn saw named (a change re-judges the
+    /// acquisition attempt).
+    named: Option<String>,
+    /// Our name was cleared once in this stopping episode.
+    resigned: bool,
+    /// Leading: the `preferredHolder` of the record when the term started.
+    /// Only a change of it asks for a hand-over, so a preferred holder that
+    /// never takes over cannot make every new holder step down at once.
+    preferred_at_start: Option<Option<String>>,
+}
+
+impl Slot {
+    pub(super) fn new(settings: &Settings) -> Self {
+        Self {
+            window: DEFAULT_CLAIM_WINDOW.max(settings.retry_period * 2),
+            claim_at: None,
+            named: None,
+            resigned: false,
+            preferred_at_start: None,
+        }
+    }
+}
+
+/// How long after the record became free (released, or expired here) this
+/// candidate attempts the acquisition.
+pub(super) fn acquisition_delay(
+    settings: &Settings,
+    rng: &mut fastrand::Rng,
+    view: &View,
+) -> Duration {
+    let retry = settings.retry_period;
+    let spread = retry.mul_f64(rng.f64() * 0.5);
+    let Some(lease) = &view.lease else {
+        // Absent: a create, whose CAS lets one candidate win (no herd after
+        // a release: a release keeps the object).
+        return if view.is_free() {
+            Duration::ZERO
+        } else {
+            spread
+        };
+    };
+    let holder = lease.record().holder;
+    match successor_of(lease).filter(|s| Some(s) != holder.as_ref()) {
+        // The successor: at once, with no spread.
+        Some(s) if s == settings.identity => Duration::ZERO,
+        // A fallback for a successor that is gone: late enough for its
+        // acquisition to reach us on the watch first.
+        Some(_) if view.is_free() => retry + spread,
+        Some(_) => retry / 2 + spread,
+        None => spread,
+    }
+}
+
+// === impl Election ===
+
+impl Election {
+    /// Sets the claim window (`--successor-claim-window`).
+    pub fn set_successor_claim_window(&mut self, window: Duration) {
+        self.successor.window = window;
+    }
+
+    /// The identity a hand-over is asked for in `lease`, other than us.
+    fn handover_target(&self, lease: &Lease) -> Option<String> {
+        let me = self.settings.identity.as_str();
+        if let Some(to) = handover_to(lease).filter(|t| t != me) {
+            return Some(to);
+        }
+        let preferred = preferred_holder(lease);
+        if let Some(Some(at_start)) = &self.successor.preferred_at_start
+            && preferred.as_ref() == Some(at_start)
+        {
+            return None;
+        }
+        preferred.filter(|p| p != me)
+    }
+
+    /// One turn of the successor duties, after the input and before the
+    /// next request: re-judge the attempt when the named successor changed,
+    /// step down when a hand-over is asked for, then at most one write —
+    /// the hand-over's release, clearing our own name when we stop, or a
+    /// claim of the empty slot.
+    pub(super) fn successor_turn(&mut self, now: Now, actions: &mut Vec<Action>) {
+        let Some(lease) = self.view.as_ref().and_then(|v| v.lease.clone()) else {
+            self.successor.claim_at = None;
+            return;
+        };
+        let named = successor_of(&lease);
+        if named != self.successor.named {
+            self.acquire_at = None;
+            if named.as_deref() != Some(self.settings.identity.as_str()) {
+                self.successor.resigned = false;
+            }
+            self.successor.named = named.clone();
+        }
+        let own = self.is_own(&lease.record());
+        if self.is_leading() {
+            self.successor.claim_at = None;
+            if self.successor.preferred_at_start.is_none() {
+                self.successor.preferred_at_start = Some(preferred_holder(&lease));
+            }
+            if own && self.handover_target(&lease).is_some() {
+                self.step_down(StopReason::HandoverRequested);
+            } else {
+                return;
+            }
+        }
+        let busy = self.pending.is_some()
+            || self.conflict_at.is_some()
+            || self.not_before.is_some_and(|nb| now.instant < nb);
+        if own && self.handover_target(&lease).is_some() {
+            // Asked to hand over a record still ours: the release names the
+            // target (the driver sends it once the gates had their lag).
+            if !busy && let Some(release) = self.release(now, self.request_timeout(now.instant)) {
+                actions.push(Action::Write(release));
+            }
+            return;
+        }
+        self.successor.preferred_at_start = None;
+        let me = self.settings.identity.as_str();
+        let stopping = self.shutting_down || !self.collector_healthy();
+        if named.as_deref() == Some(me) {
+            self.successor.claim_at = None;
+            if stopping && !self.successor.resigned && !busy {
+                // A successor that stops gives up its slot, once.
+                self.successor.resigned = true;
+                actions.push(self.successor_write(&lease, None, now));
+            }
+            return;
+        }
+        let holder = self
+            .view
+            .as_ref()
+            .and_then(|view| view.live_holder(now.instant));
+        let empty = named.is_none() || named == lease.record().holder;
+        let may_claim = !stopping && empty && holder.as_deref().is_some_and(|h| h != me);
+        if !may_claim {
+            self.successor.claim_at = None;
+            return;
+        }
+        let at = match self.successor.claim_at {
+            Some(at) => at,
+            None => {
+                let retry = self.settings.retry_period;
+                let window = self.successor.window.max(retry);
+                let at = now.instant + retry + (window - retry).mul_f64(self.rng.f64());
+                self.successor.claim_at = Some(at);
+                at
+            }
+        };
+        if now.instant >= at && !busy {
+            self.successor.claim_at = None;
+            actions.push(self.successor_write(&lease, Some(me.to_owned()), now));
+        }
+    }
+
+    /// A CAS PUT of `lease` with only the successor slot changed.
+    fn successor_write(&mut self, lease: &Lease, successor: Option<String>, now: Now) -> Action {
+        let mut object = lease.object().clone();
+        set_annotation(&mut object, SUCCESSOR_ANNOTATION, successor.as_deref());
+        self.pending = Some(super::requests::Pending::Write {
+            purpose: Purpose::Successor,
+            sent_at: now.instant,
+            sent_boot: now.boot,
+            base_rv: lease.resource_version().map(str::to_owned),
+        });
+        Action::Write(Write {
+            purpose: Purpose::Successor,
+            op: WriteOp::Replace(Box::new(object)),
+            timeout: self.request_timeout(now.instant),
+        })
+    }
+
+    /// The release of our record names the successor: the hand-over's
+    /// target if one was asked for, else the successor already named; the
+    /// request is answered.
+    pub(super) fn release_names_successor(&self, lease: &Lease, object: &mut DynamicObject) {
+        if let Some(target) = self.handover_target(lease) {
+            set_annotation(object, SUCCESSOR_ANNOTATION, Some(&target));
+        }
+        set_annotation(object, HANDOVER_ANNOTATION, None);
+    }
+}

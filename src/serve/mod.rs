@@ -1,0 +1,26 @@
+//! The serving side: `leader-gate serve` and what it publishes.
+//!
+//! - [`sidecar`]: `serve` as one function — listeners, driver, servers, the
+//!   shutdown sequence and its signals.
+//! - [`published`]: the one published leadership state — the driver's
+//!   [`published::Publisher`] writes it, the handlers read it through
+//!   [`published::AppState`], and the `/leader` body is judged from it.
+//! - [`transitions`]: the log of leadership transitions (ids, history, fan-out).
+//! - [`sse_route`]: `GET /events`, the transition log as server-sent events.
+//! - [`kube_events`]: Kubernetes Events about the Lease (`--record-events`).
+//! - [`metrics`]: Prometheus metrics for `/metrics`; [`exposition`]:
+//!   OpenMetrics or classic text, by the scraper's `Accept`.
+//! - [`routes`]: the routers; [`server`]: the HTTP server and its limits
+//!   against abusive clients.
+//! - [`collector_health`]: the collector's health check, which gates contention.
+
+pub mod collector_health;
+pub mod exposition;
+pub mod kube_events;
+pub mod metrics;
+pub mod published;
+pub mod routes;
+pub mod server;
+pub mod sidecar;
+pub mod sse_route;
+pub mod transitions;

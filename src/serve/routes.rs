@@ -1,0 +1,321 @@
+//! The HTTP surface: routers built in functions (tests call them without a
+//! socket); [`crate::serve::server`] serves them on a pre-bound listener until a
+//! cancellation token fires.
+//!
+//! - gate router (pod-local): `GET|HEAD /leader`, `GET /events`
+//! - admin router (kubelet, Prometheus): `/leader`, `/healthz`, `/readyz`, `/metrics`
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::serve::exposition::Format;
+pub use crate::serve::published::{AppState, leader_body, write_leader_body};
+use crate::serve::sse_route;
+
+/// The gate listener's routes: `/leader`, `/events`. The handlers share the
+/// state behind one `Arc` (one reference count per request, not one per field).
+pub fn gate_router(app: AppState) -> Router {
+    Router::new()
+        .route("/leader", get(leader))
+        .route("/events", get(sse_route::events))
+        .with_state(Arc::new(app))
+}
+
+/// The admin listener's routes: `/leader`, `/healthz`, `/readyz`, `/metrics`.
+pub fn admin_router(app: AppState) -> Router {
+    Router::new()
+        .route("/leader", get(leader))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(Arc::new(app))
+}
+
+/// 200 when leading at this very moment, 503 otherwise (HEAD: same, no body).
+/// The body is written straight from the published state (no JSON value in
+/// between): this is the route a collector may poll in a tight loop.
+async fn leader(State(app): State<Arc<AppState>>) -> Response {
+    let mut body = Vec::with_capacity(320);
+    let leading = write_leader_body(&app, &app.state.borrow(), None, &mut body);
+    let status = if leading {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The metrics in the format the scraper asks for: OpenMetrics for
+/// Prometheus, classic text 0.0.4 for `promtool` and most other scrapers.
+async fn metrics(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    // Several Accept headers mean the same as one joined by commas.
+    let accept: Vec<&str> = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    let format = Format::negotiate((!accept.is_empty()).then(|| accept.join(",")).as_deref());
+    // Leading as /leader would answer now, not as last published: a stuck
+    // election must not keep the gauge at 1 past its deadline (G2).
+    let state = app.state.borrow().clone();
+    app.metrics
+        .state(state.leading_now(), state.holder.is_some());
+    (
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::VARY, "Accept"),
+        ],
+        app.metrics.encode(format),
+    )
+        .into_response()
+}
+
+/// Liveness: fails only when the election task ended or is stuck.
+async fn healthz(State(app): State<Arc<AppState>>) -> (StatusCode, &'static str) {
+    if app.heartbeat.is_alive(app.stuck_after) {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "election task is not running\n",
+        )
+    }
+}
+
+/// Readiness: the API server answered at least once.
+async fn readyz(State(app): State<Arc<AppState>>) -> (StatusCode, &'static str) {
+    if app.state.borrow().observed {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for the API server\n",
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::sync::{Semaphore, watch};
+    use tokio_util::sync::CancellationToken;
+
+    use crate::clock::BootInstant;
+    use crate::elector::driver::Heartbeat;
+    use crate::serve::metrics::Metrics;
+    use crate::serve::published::{LeaderState, Publisher};
+    use crate::serve::transitions::EventLog;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    fn app(state: LeaderState) -> AppState {
+        let (_, rx) = watch::channel(state);
+        AppState {
+            state: rx,
+            identity: "me".into(),
+            namespace: "ns".into(),
+            lease_name: "demo".into(),
+            heartbeat: Heartbeat::new(),
+            stuck_after: Duration::from_secs(15),
+            events: EventLog::new("me", 16, 16),
+            metrics: Arc::new(Metrics::new("ns", "demo")),
+            subscribers: Arc::new(Semaphore::new(2)),
+            keep_alive: Duration::from_secs(15),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    fn leading(valid_until: BootInstant) -> LeaderState {
+        LeaderState {
+            leading: true,
+            holder: Some("me".into()),
+            term: Some("uid/1".into()),
+            since_micros: 0,
+            valid_until: Some(valid_until),
+            seq: 1,
+            last_stop: None,
+            observed: true,
+            collector_healthy: None,
+        }
+    }
+
+    async fn get(router: Router, method: &str, path: &str) -> (StatusCode, serde_json::Value) {
+        let response = router
+            .oneshot(
+                Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+        (status, json)
+    }
+
+    #[tokio::test]
+    async fn leader_answers_200_with_the_contract_body_while_valid() {
+        let router = gate_router(app(leading(BootInstant::after(Duration::from_secs(10)))));
+        let (status, body) = get(router, "GET", "/leader").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["leading"], true);
+        assert_eq!(body["identity"], "me");
+        assert_eq!(body["holder"], "me");
+        assert_eq!(body["lease"]["namespace"], "ns");
+        assert_eq!(body["lease"]["name"], "demo");
+        assert_eq!(body["term"], "uid/1");
+        assert_eq!(body["seq"], 1);
+        let valid_for = body["valid_for_ms"].as_u64().unwrap();
+        assert!(valid_for > 9_000 && valid_for <= 10_000, "{valid_for}");
+    }
+
+    #[tokio::test]
+    async fn a_leading_snapshot_past_its_deadline_answers_503() {
+        // Published as leading, but the deadline passed before the read: G2
+        // says no 200 is computed after the deadline.
+        let router = gate_router(app(leading(BootInstant::now())));
+        let (status, body) = get(router, "GET", "/leader").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["leading"], false);
+        assert_eq!(body["valid_for_ms"], 0);
+        assert_eq!(body["term"], serde_json::Value::Null);
+    }
+
+    #[tokio::test]
+    async fn head_leader_has_the_status_and_no_body() {
+        let router = gate_router(app(leading(BootInstant::after(Duration::from_secs(5)))));
+        let (status, body) = get(router, "HEAD", "/leader").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, serde_json::Value::Null);
+    }
+
+    #[tokio::test]
+    async fn readyz_waits_for_the_api_server_and_healthz_for_a_live_loop() {
+        let events = EventLog::new("me", 16, 16);
+        let metrics = Arc::new(Metrics::new("ns", "demo"));
+        let (_publisher, rx) = Publisher::new(events, metrics);
+        let mut app = app(rx.borrow().clone());
+        app.state = rx;
+        let (status, _) = get(admin_router(app.clone()), "GET", "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        let (status, _) = get(admin_router(app.clone()), "GET", "/healthz").await;
+        assert_eq!(status, StatusCode::OK);
+        app.heartbeat.end();
+        let (status, _) = get(admin_router(app), "GET", "/healthz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    /// `GET /metrics` on the admin router with these `Accept` headers:
+    /// content type, `Vary`, body.
+    async fn get_metrics(app: AppState, accept: &[&str]) -> (String, String, String) {
+        let mut request = Request::builder().uri("/metrics");
+        for value in accept {
+            request = request.header(header::ACCEPT, *value);
+        }
+        let response = admin_router(app)
+            .oneshot(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let header_text = |name| response.headers()[name].to_str().unwrap().to_owned();
+        let (content_type, vary) = (header_text(header::CONTENT_TYPE), header_text(header::VARY));
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        (
+            content_type,
+            vary,
+            String::from_utf8(bytes.to_vec()).unwrap(),
+        )
+    }
+
+    fn samples(exposition: &str) -> Vec<&str> {
+        exposition.lines().filter(|l| !l.starts_with('#')).collect()
+    }
+
+    #[tokio::test]
+    async fn the_leading_gauge_follows_the_read_time_deadline() {
+        let live = app(leading(BootInstant::after(Duration::from_secs(5))));
+        let (_, _, text) = get_metrics(live, &[]).await;
+        assert!(
+            text.contains("leader_gate_leading{lease=\"ns/demo\"} 1"),
+            "{text}"
+        );
+        // Published as leading, but the deadline has passed: no 1 any more.
+        let stale = app(leading(BootInstant::now()));
+        let (_, _, text) = get_metrics(stale, &[]).await;
+        assert!(
+            text.contains("leader_gate_leading{lease=\"ns/demo\"} 0"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn metrics_are_classic_text_unless_openmetrics_is_asked_for() {
+        let app = app(leading(BootInstant::after(Duration::from_secs(5))));
+        app.metrics.api_request("update", Ok(())); // a counter sample
+        let (content_type, vary, text) = get_metrics(app.clone(), &[]).await;
+        assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+        assert_eq!(vary, "Accept");
+        assert!(text.contains("# HELP leader_gate_api_requests_total Lease API requests"));
+        assert!(text.contains("# TYPE leader_gate_api_requests_total counter\n"));
+        assert!(text.contains("# TYPE leader_gate_renew_duration_seconds histogram\n"));
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+
+        // Prometheus 2.42's header, verbatim.
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        let (content_type, vary, om) = get_metrics(app.clone(), &[prometheus]).await;
+        assert_eq!(
+            content_type,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+        assert_eq!(vary, "Accept");
+        assert!(om.contains("# TYPE leader_gate_api_requests counter\n"));
+        assert!(om.contains("# UNIT leader_gate_renew_duration_seconds seconds\n"));
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert!(
+            samples(&text)
+                .contains(&r#"leader_gate_api_requests_total{verb="update",outcome="ok"} 1"#)
+        );
+        assert_eq!(
+            samples(&text),
+            samples(&om),
+            "the same samples in both formats"
+        );
+
+        let (content_type, _, _) = get_metrics(app.clone(), &["*/*"]).await;
+        assert!(content_type.starts_with("text/plain"), "{content_type}");
+        // Two Accept headers count as one list.
+        let (content_type, _, _) =
+            get_metrics(app, &["text/plain;q=0.5", "application/openmetrics-text"]).await;
+        assert!(
+            content_type.starts_with("application/openmetrics-text"),
+            "{content_type}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_gate_listener_serves_no_admin_routes() {
+        for path in ["/healthz", "/readyz", "/metrics"] {
+            let router = gate_router(app(leading(BootInstant::now())));
+            let (status, _) = get(router, "GET", path).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        }
+    }
+}

@@ -1,0 +1,743 @@
+//! `leader-gate file-gate` against real `leader-gate serve` processes and the
+//! fake Lease API server: DST exists exactly while its pod leads (checked
+//! against the sidecar's own event stream), is never seen half-written, is
+//! gone after a step-down, a shutdown, a restart after the gate's own
+//! SIGKILL and — SIGKILL the leading sidecar — before any peer leads; and
+//! `--reload-url` is POSTed once per change. Judged by timestamps and
+//! causality, never by speed.
+//!
+//! The documented delay: the file gate reads the same stream as a
+//! subscriber, so what separates an event from the file's change is its
+//! scheduling, a write (fsync, rename, fsync of the directory) and the
+//! sampler's period. Closing must fit within the margin `lease_duration −
+//! renew_deadline` (the window in which no peer can start), so that is the
+//! delay allowed here, in both directions; the figures measured are printed
+//! as `MEASURE` lines.
+
+use crate::support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::events::{EventClient, Received};
+use support::fake_apiserver::{FakeApiServer, Fault, FaultKind};
+use support::file_gate::{Change, FileGate, Reloads, Sampler, replace};
+use support::sidecar::{Sidecar, Timing, test_dir};
+
+const LEASE: &str = "cluster-metrics";
+const SECOND: Duration = Duration::from_secs(1);
+const TIMING: Timing = Timing::FAST;
+/// The delay allowed between a stream event and the file's change: the
+/// margin (see the module documentation).
+const ALLOWED_DELAY: Duration = Duration::from_secs(1);
+/// How often the sampler looks at a DST.
+const SAMPLE_PERIOD: Duration = Duration::from_millis(2);
+const RELOAD_PATH: &str = "/-/reload";
+
+/// One pod: a sidecar, a subscriber of its stream, a file gate with a
+/// recording reload endpoint, and a sampler on the gate's DST.
+struct Pod {
+    name: String,
+    dir: PathBuf,
+    sidecar: Sidecar,
+    stream: EventClient,
+    seen: Vec<Received>,
+    gate: FileGate,
+    src: PathBuf,
+    dst: PathBuf,
+    sampler: Sampler,
+    reloads: Reloads,
+}
+
+impl Pod {
+    /// Waits on the stream for an event of `kind`.
+    async fn expect(&mut self, kind: &str, timeout: Duration) -> Received {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let received = self.stream.next(left).await.unwrap_or_else(|| {
+                panic!(
+                    "{}: no {kind} within {timeout:?}; seen {:?}\nsidecar log:\n{}",
+                    self.name,
+                    self.seen.iter().map(Received::kind).collect::<Vec<_>>(),
+                    self.sidecar.log()
+                )
+            });
+            self.seen.push(received.clone());
+            if received.kind() == kind {
+                return received;
+            }
+        }
+    }
+
+    /// Waits for `n` more `renewed` events.
+    async fn renewals(&mut self, n: usize) {
+        for _ in 0..n {
+            self.expect("renewed", TIMING.retry * 3).await;
+        }
+    }
+
+    /// A (new) file gate for this pod's mapping, reloading `reloads`.
+    fn spawn_gate(&self, name: &str, reloads: &Reloads) -> FileGate {
+        FileGate::spawn(
+            &self.dir,
+            name,
+            self.sidecar.gate,
+            &["--reload-url", &reloads.url(RELOAD_PATH)],
+            &[(&self.src, &self.dst)],
+        )
+    }
+
+    /// The first change after change `from` where DST is present (or not).
+    async fn dst(&self, from: usize, present: bool, timeout: Duration) -> (usize, Change) {
+        self.sampler
+            .until(from, timeout, |c| c.exists() == present)
+            .await
+    }
+
+    fn logs(&self) -> String {
+        format!(
+            "file gate log:\n{}\nsidecar log:\n{}",
+            self.gate.log(),
+            self.sidecar.log()
+        )
+    }
+}
+
+/// Options for [`start`].
+struct Setup<'a> {
+    src: &'a [u8],
+    /// Read DST in a tight loop instead of every [`SAMPLE_PERIOD`].
+    tight: bool,
+    /// The reload endpoint answers only after this long.
+    reload_delay: Duration,
+    serve_args: &'a [&'a str],
+    /// The file gate's fsyncs hang while this file exists (the debug-only
+    /// test hook `LEADER_GATE_TEST_STALL_FSYNC`).
+    stall: Option<&'a std::path::Path>,
+}
+
+impl Default for Setup<'_> {
+    fn default() -> Self {
+        Setup {
+            src: b"- targets: ['cluster-metrics:9100']\n",
+            tight: false,
+            reload_delay: Duration::ZERO,
+            serve_args: &[],
+            stall: None,
+        }
+    }
+}
+
+/// Starts one pod per name; nobody contends until every pod's stream and
+/// file gate are subscribed, so both see every transition from the first.
+async fn start(test: &str, names: &[&str], setup: Setup<'_>) -> (FakeApiServer, Vec<Pod>) {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    for name in names {
+        api.set_fault(name, Fault::all(FaultKind::Partition));
+    }
+    let root = test_dir(test);
+    let mut pods = Vec::new();
+    for name in names {
+        let dir = root.join(name);
+        let out = dir.join("conf.d");
+        std::fs::create_dir_all(&out).unwrap();
+        let (src, dst) = (dir.join("targets.yml"), out.join("targets.yml"));
+        std::fs::write(&src, setup.src).unwrap();
+        let sidecar = Sidecar::spawn_with(&api, &dir, name, TIMING, setup.serve_args);
+        sidecar.wait_serving().await;
+        let mut stream = EventClient::connect(sidecar.gate, None).await;
+        let state = stream.next(SECOND).await.expect("a state event first");
+        assert_eq!(state.kind(), "state");
+        let period = if setup.tight {
+            Duration::ZERO
+        } else {
+            SAMPLE_PERIOD
+        };
+        let sampler = Sampler::start(&dst, period);
+        let reloads = Reloads::start_slow(&[&dst], setup.reload_delay).await;
+        let stall: Vec<_> = setup
+            .stall
+            .map(|path| ("LEADER_GATE_TEST_STALL_FSYNC", path))
+            .into_iter()
+            .collect();
+        let gate = FileGate::spawn_env(
+            &dir,
+            &format!("{name}-file-gate"),
+            sidecar.gate,
+            &["--reload-url", &reloads.url(RELOAD_PATH)],
+            &[(&src, &dst)],
+            &stall,
+        );
+        wait_subscribers(&sidecar, 2).await;
+        pods.push(Pod {
+            name: name.to_string(),
+            dir,
+            sidecar,
+            stream,
+            seen: vec![state],
+            gate,
+            src,
+            dst,
+            sampler,
+            reloads,
+        });
+    }
+    for name in names {
+        api.clear_faults(name);
+    }
+    (api, pods)
+}
+
+/// Waits until `n` streams are open on the sidecar (the test's and the gate's).
+async fn wait_subscribers(sidecar: &Sidecar, n: usize) {
+    let line = format!("leader_gate_event_subscribers {n}");
+    let deadline = Instant::now() + SECOND * 10;
+    loop {
+        if let Some(probe) = sidecar.admin_get("/metrics").await
+            && probe
+                .body
+                .as_str()
+                .is_some_and(|t| t.lines().any(|l| l == line))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: never {n} subscribers",
+            sidecar.name
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The first pod whose stream says it started leading.
+async fn leader(pods: &mut [Pod], timeout: Duration) -> (usize, Received) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        for (i, pod) in pods.iter_mut().enumerate() {
+            while let Some(received) = pod.stream.next(Duration::from_millis(20)).await {
+                pod.seen.push(received.clone());
+                if received.kind() == "started-leading" {
+                    return (i, received);
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "nobody started leading");
+    }
+}
+
+/// `later − earlier` in ms, negative when `later` came first.
+fn signed_ms(later: Instant, earlier: Instant) -> f64 {
+    if later >= earlier {
+        later.duration_since(earlier).as_secs_f64() * 1e3
+    } else {
+        -(earlier.duration_since(later).as_secs_f64() * 1e3)
+    }
+}
+
+fn published_us(received: &Received) -> i64 {
+    received.data["published_at_us"]
+        .as_i64()
+        .expect("published_at_us")
+}
+
+/// The file changed after the event was published (causality, one wall
+/// clock), and within the allowed delay of its receipt on the stream.
+fn assert_follows(what: &str, change: &Change, event: &Received) -> f64 {
+    assert!(
+        change.wall_us >= published_us(event),
+        "{what}: the file changed before the {} was published ({} < {})",
+        event.kind(),
+        change.wall_us,
+        published_us(event)
+    );
+    let delay = signed_ms(change.at, event.at);
+    assert!(
+        delay <= ALLOWED_DELAY.as_secs_f64() * 1e3,
+        "{what}: {delay:.1} ms after the {} arrived, more than {ALLOWED_DELAY:?}",
+        event.kind()
+    );
+    println!(
+        "MEASURE file-gate {what}: {delay:.1} ms after the subscriber received {}",
+        event.kind()
+    );
+    delay
+}
+
+/// One POST per change and no more, each a reload that came after its
+/// change: with the file present after an appearance (or an update), absent
+/// after a removal. (POSTs are sent in the background, so a test makes its
+/// next change only once the POST for the last one arrived.)
+async fn assert_posts_follow(pod: &Pod, presence_after_each_change: &[bool]) {
+    pod.reloads
+        .wait_count(presence_after_each_change.len(), SECOND * 10)
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // no more come
+    let posts = pod.reloads.posts();
+    assert_eq!(
+        posts.len(),
+        presence_after_each_change.len(),
+        "{}: one POST per change ({presence_after_each_change:?}); got {posts:#?}",
+        pod.name
+    );
+    for (post, present) in posts.iter().zip(presence_after_each_change) {
+        assert_eq!(
+            (post.method.as_str(), post.path.as_str()),
+            ("POST", RELOAD_PATH)
+        );
+        assert_eq!(post.existed, [*present], "{}: {posts:#?}", pod.name);
+    }
+}
+
+fn kib(n: usize, fill: u8, header: &str) -> Vec<u8> {
+    let mut content = header.as_bytes().to_vec();
+    while content.len() < n * 1024 {
+        content.extend(std::iter::repeat_n(fill, 63));
+        content.push(b'\n');
+    }
+    content
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dst_exists_exactly_while_the_instance_leads_across_a_holder_edit_and_a_return() {
+    let (api, mut pods) = start("fg-exactly", &["a"], Setup::default()).await;
+    let pod = &mut pods[0];
+    let src = std::fs::read(&pod.src).unwrap();
+
+    let started = pod.expect("started-leading", TIMING.lease * 2).await;
+    let (n, appeared) = pod.dst(1, true, TIMING.lease).await;
+    assert_follows("appeared", &appeared, &started);
+    pod.reloads.wait_count(1, SECOND * 5).await;
+    pod.renewals(3).await;
+
+    api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
+    let stopped = pod.expect("stopped-leading", SECOND * 2).await;
+    assert_eq!(stopped.data["reason"], "lost-to-other-holder");
+    let (n, gone) = pod.dst(n + 1, false, TIMING.lease).await;
+    assert_follows("removed on a step-down", &gone, &stopped);
+    pod.reloads.wait_count(2, SECOND * 5).await;
+
+    // The ghost's lease runs out; this pod leads again.
+    let again = pod.expect("started-leading", TIMING.lease * 3).await;
+    assert_ne!(again.term(), started.term());
+    let (_, back) = pod.dst(n + 1, true, TIMING.lease).await;
+    assert_follows("appeared again", &back, &again);
+    pod.renewals(3).await;
+
+    let changes = pod.sampler.changes();
+    assert_eq!(
+        pod.sampler.presence(),
+        [false, true, false, true],
+        "no other change, across every renewal: {:?}\n{}",
+        pod.sampler.summary(),
+        pod.logs()
+    );
+    assert!(
+        changes.iter().flat_map(|c| &c.content).all(|c| *c == src),
+        "DST only ever held SRC"
+    );
+    // A causal check of the whole history: no change before its event.
+    assert!(gone.at < again.at && appeared.at < gone.at);
+    assert_posts_follow(pod, &[true, false, true]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_never_sees_a_partial_copy_across_src_changes_and_a_step_down() {
+    let old = kib(256, b'o', "# version old\n");
+    let new = kib(257, b'n', "# version new\n");
+    let setup = Setup {
+        src: &old,
+        tight: true,
+        ..Setup::default()
+    };
+    let (api, mut pods) = start("fg-whole", &["a"], setup).await;
+    let pod = &mut pods[0];
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    let (n, _) = pod.dst(1, true, TIMING.lease).await;
+
+    // SRC changes while leading (atomically, as a ConfigMap does); the copy
+    // follows at the next renewal.
+    pod.reloads.wait_count(1, SECOND * 5).await;
+    let mut from = n;
+    for (i, content) in [&new, &old, &new].into_iter().enumerate() {
+        let changed_at = Instant::now();
+        replace(&pod.src, content);
+        let (n, copied) = pod
+            .sampler
+            .until(from + 1, TIMING.retry * 3 + ALLOWED_DELAY, |c| {
+                c.content.as_ref() == Some(content)
+            })
+            .await;
+        println!(
+            "MEASURE file-gate SRC change to copy: {:.1} ms (renewals every {:?})",
+            signed_ms(copied.at, changed_at),
+            TIMING.retry
+        );
+        from = n;
+        pod.reloads.wait_count(2 + i, SECOND * 5).await;
+    }
+    api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
+    pod.expect("stopped-leading", SECOND * 2).await;
+    pod.dst(from + 1, false, TIMING.lease).await;
+
+    let reads = pod.sampler.reads();
+    let sampler = std::mem::replace(&mut pod.sampler, Sampler::start(&pod.dst, SAMPLE_PERIOD));
+    let changes = sampler.stop();
+    println!("MEASURE file-gate whole-copy reader: {reads} reads of DST");
+    assert!(reads > 100, "the reader ran: {reads} reads");
+    for change in &changes {
+        if let Some(content) = &change.content {
+            assert!(
+                *content == old || *content == new,
+                "a reader saw {} bytes that are neither whole version (starts {:?})",
+                content.len(),
+                String::from_utf8_lossy(&content[..content.len().min(32)])
+            );
+        }
+    }
+    let presence: Vec<bool> = changes.iter().map(Change::exists).collect();
+    assert_eq!(
+        presence,
+        [false, true, true, true, true, false],
+        "absent, the old copy, three updates, removed: {changes:?}"
+    );
+    let left: Vec<_> = std::fs::read_dir(pod.dst.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "no temporary file left behind: {left:?}");
+    assert_posts_follow(pod, &[true, true, true, true, false]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_of_the_file_gate_removes_dst_then_exits_0() {
+    let (_api, mut pods) = start("fg-sigterm", &["a"], Setup::default()).await;
+    let pod = &mut pods[0];
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    let (n, appeared) = pod.dst(1, true, TIMING.lease).await;
+    pod.reloads.wait_count(1, SECOND * 5).await;
+    pod.gate.signal(libc::SIGTERM);
+    let status = pod.gate.wait_exit(SECOND * 10).await;
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "exit 0 on SIGTERM\n{}",
+        pod.logs()
+    );
+    // Gone by the time the process has exited, while the pod still leads.
+    assert!(!pod.dst.exists(), "DST outlived its file gate");
+    let (_, gone) = pod.dst(n + 1, false, SECOND).await;
+    assert!(pod.sidecar.leader().await.is_some_and(|p| p.leading()));
+    assert!(gone.at > appeared.at);
+    assert_posts_follow(pod, &[true, false]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_gate_restarted_after_its_own_sigkill_removes_the_stale_copy_first() {
+    let (api, mut pods) = start("fg-sigkill-gate", &["a"], Setup::default()).await;
+    let pod = &mut pods[0];
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    pod.dst(1, true, TIMING.lease).await;
+
+    // SIGKILL while leading leaves the file: nothing is left to remove it.
+    pod.gate.signal(libc::SIGKILL);
+    pod.gate.wait_exit(SECOND * 5).await.expect("killed");
+    pod.renewals(2).await;
+    assert!(pod.dst.exists(), "nobody removed it");
+
+    // Restart while still leading: removed at start-up, before anything
+    // else, then rewritten once the stream says this pod still leads.
+    pod.gate = pod.spawn_gate("a-file-gate-2", &pod.reloads);
+    let posts = pod.reloads.wait_count(3, SECOND * 10).await;
+    assert_eq!(posts[1].existed, [false], "removed first: {posts:#?}");
+    assert_eq!(posts[2].existed, [true], "then rewritten: {posts:#?}");
+    let log = pod.gate.log();
+    let removed = log.find("stale copies from an earlier run: removed");
+    let wrote = log.find("leading: wrote");
+    assert!(
+        removed.is_some() && removed < wrote,
+        "removal, then the copy:\n{log}"
+    );
+
+    // SIGKILL again, then the pod stops leading while no gate runs: the
+    // stale copy stays until a new gate removes it at start-up.
+    pod.gate.signal(libc::SIGKILL);
+    pod.gate.wait_exit(SECOND * 5).await.expect("killed");
+    api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
+    pod.expect("stopped-leading", SECOND * 2).await;
+    assert!(pod.dst.exists(), "nobody removed it");
+    let from = pod.sampler.count();
+    let restarted_at = Instant::now();
+    pod.gate = pod.spawn_gate("a-file-gate-3", &pod.reloads);
+    let posts = pod.reloads.wait_count(4, SECOND * 10).await;
+    assert_eq!(posts[3].existed, [false], "removed at start-up: {posts:#?}");
+    let (n, removed) = pod.dst(from, false, SECOND * 2).await;
+    println!(
+        "MEASURE file-gate restart to stale copy removed: {:.1} ms",
+        signed_ms(removed.at, restarted_at)
+    );
+    // Not leading: nothing is written until the pod leads again.
+    let again = pod.expect("started-leading", TIMING.lease * 3).await;
+    let (_, back) = pod.dst(n + 1, true, TIMING.lease).await;
+    assert_follows("appeared after the restart", &back, &again);
+    let posts = pod.reloads.wait_count(5, SECOND * 2).await;
+    assert_eq!(posts[4].existed, [true]);
+    pod.renewals(2).await;
+    assert_eq!(pod.reloads.count(), 5, "{:#?}", pod.reloads.posts());
+}
+
+/// Two pods; the leading sidecar is stopped by `signal`: its DST must be
+/// removed before the peer starts leading (and before the peer's DST
+/// appears). Returns (signal → removal, removal → peer start) in ms.
+async fn failover(test: &str, signal: i32, serve_args: &[&str]) -> (f64, f64) {
+    let setup = Setup {
+        serve_args,
+        ..Setup::default()
+    };
+    let (_api, mut pods) = start(test, &["a", "b"], setup).await;
+    let (x, _) = leader(&mut pods, TIMING.lease * 2).await;
+    let y = 1 - x;
+    let (n, _) = pods[x].dst(1, true, TIMING.lease).await;
+    pods[x].reloads.wait_count(1, SECOND * 5).await;
+    pods[x].renewals(2).await;
+    assert!(!pods[y].dst.exists());
+
+    let signalled = Instant::now();
+    pods[x].sidecar.signal(signal);
+    let peer = pods[y].expect("started-leading", TIMING.lease * 3).await;
+    let (_, removed) = pods[x].dst(n + 1, false, SECOND).await;
+    let (_, peer_copy) = pods[y].dst(1, true, TIMING.lease).await;
+    let to_removal = signed_ms(removed.at, signalled);
+    let before_peer = signed_ms(peer.at, removed.at);
+    println!("MEASURE file-gate {test}: signal to removal {to_removal:.1} ms");
+    println!("MEASURE file-gate {test}: removal to the peer's started-leading {before_peer:.1} ms");
+    assert!(
+        removed.at < peer.at && removed.wall_us < published_us(&peer),
+        "{test}: DST removed {before_peer:.1} ms before the peer started (negative: after)\n{}",
+        pods[x].logs()
+    );
+    assert!(removed.at < peer_copy.at, "never both copies at once");
+    pods[x].reloads.wait_count(2, SECOND * 2).await;
+    assert_eq!(pods[x].sampler.presence(), [false, true, false]);
+    assert_eq!(pods[y].sampler.presence(), [false, true]);
+    assert_posts_follow(&pods[x], &[true, false]).await;
+    (to_removal, before_peer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_the_leading_sidecar_removes_dst_before_any_peer_leads() {
+    let (to_removal, _) = failover("fg-sigkill-serve", libc::SIGKILL, &[]).await;
+    // It ran out of validity: the last renewal's valid_for_ms at most.
+    assert!(to_removal <= TIMING.renew_deadline.as_secs_f64() * 1e3 + 1e3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_of_the_leading_sidecar_removes_dst_before_the_peer_leads() {
+    // A graceful hand-over releases the lease at once: --gate-lag gives the
+    // gates their time first (as the README says to set it).
+    failover("fg-sigterm-serve", libc::SIGTERM, &["--gate-lag", "500ms"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_url_is_posted_once_per_change_and_never_for_a_renewal() {
+    let (api, mut pods) = start("fg-reload", &["a"], Setup::default()).await;
+    let pod = &mut pods[0];
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    pod.dst(1, true, TIMING.lease).await;
+    pod.renewals(5).await;
+    assert_eq!(pod.reloads.count(), 1, "renewals change nothing");
+
+    replace(&pod.src, b"- targets: ['elsewhere:9100']\n");
+    pod.sampler
+        .until(2, TIMING.retry * 3 + ALLOWED_DELAY, |c| {
+            c.content.as_deref() == Some(b"- targets: ['elsewhere:9100']\n".as_slice())
+        })
+        .await;
+    pod.renewals(3).await;
+    assert_eq!(pod.reloads.count(), 2, "one POST for the new content");
+
+    api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
+    pod.expect("stopped-leading", SECOND * 2).await;
+    pod.dst(3, false, TIMING.lease).await;
+    pod.reloads.wait_count(3, SECOND * 2).await;
+    // Not leading, for the rest of the ghost's lease: nothing to say.
+    tokio::time::sleep(TIMING.lease / 2).await;
+    let changes = pod.sampler.count() - 1;
+    assert_eq!(changes, 3, "{:?}", pod.sampler.summary());
+    assert_posts_follow(pod, &[true, true, false]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reload_endpoint_does_not_delay_a_removal() {
+    // A collector that reloads a large configuration before it answers
+    // (Prometheus /-/reload does) holds the POST for seconds.
+    let setup = Setup {
+        reload_delay: TIMING.lease,
+        ..Setup::default()
+    };
+    let (api, mut pods) = start("fg-slow-reload", &["a"], setup).await;
+    let pod = &mut pods[0];
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    let (n, _) = pod.dst(1, true, TIMING.lease).await;
+    pod.reloads.wait_count(1, SECOND * 2).await;
+    // The POST is still unanswered when leadership ends.
+    api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
+    let stopped = pod.expect("stopped-leading", SECOND * 2).await;
+    let (_, gone) = pod.dst(n + 1, false, TIMING.lease * 2).await;
+    assert_follows("removed while a reload POST hangs", &gone, &stopped);
+    pod.reloads.wait_count(2, TIMING.lease * 2).await;
+    assert_posts_follow(pod, &[true, false]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dst_deleted_by_someone_else_while_leading_is_restored() {
+    let (_api, mut pods) = start("fg-deleted", &["a"], Setup::default()).await;
+    let pod = &mut pods[0];
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    let (n, _) = pod.dst(1, true, TIMING.lease).await;
+    pod.reloads.wait_count(1, SECOND * 5).await;
+    std::fs::remove_file(&pod.dst).unwrap();
+    let deleted_at = Instant::now();
+    let (n, _) = pod.dst(n + 1, false, SECOND).await;
+    let (_, back) = pod.dst(n + 1, true, TIMING.retry * 3 + ALLOWED_DELAY).await;
+    println!(
+        "MEASURE file-gate deleted DST restored after {:.1} ms",
+        signed_ms(back.at, deleted_at)
+    );
+    assert_eq!(
+        back.content.as_deref(),
+        Some(std::fs::read(&pod.src).unwrap().as_slice())
+    );
+    pod.renewals(2).await;
+    // Our deletion was no change of the gate's; its restoration is one.
+    assert_posts_follow(pod, &[true, true]).await;
+}
+
+/// Waits until the file gate's log says `what`.
+async fn wait_log(pod: &Pod, what: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while !pod.gate.log().contains(what) {
+        assert!(
+            Instant::now() < deadline,
+            "{}: no {what:?} within {timeout:?}\n{}",
+            pod.name,
+            pod.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_stuck_on_the_disk_neither_delays_a_removal_nor_lands_after_it() {
+    // A disk stuck on demand: the file gate's fsyncs hang while `stall`
+    // exists (a debug-build test hook; see src/client/file_gate/writer.rs).
+    let stall = test_dir("fg-stuck-disk-stall").join("stall");
+    let setup = Setup {
+        stall: Some(&stall),
+        ..Setup::default()
+    };
+    let (api, mut pods) = start("fg-stuck-disk", &["a"], setup).await;
+    let pod = &mut pods[0];
+    let old = std::fs::read(&pod.src).unwrap();
+    let new = b"- targets: ['elsewhere:9100']\n".to_vec();
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    let (n, _) = pod.dst(1, true, TIMING.lease).await;
+    pod.reloads.wait_count(1, SECOND * 5).await;
+
+    // The disk gets stuck, SRC changes: the next renewal's copy hangs in
+    // its fsync.
+    std::fs::write(&stall, b"").unwrap();
+    replace(&pod.src, &new);
+    wait_log(pod, "test hook: fsync stalled", TIMING.retry * 3 + SECOND).await;
+
+    // Leadership ends meanwhile: DST goes at once, the write still stuck.
+    api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
+    let stopped = pod.expect("stopped-leading", SECOND * 2).await;
+    let (n, gone) = pod.dst(n + 1, false, TIMING.lease).await;
+    assert_follows(
+        "removed while a write is stuck on the disk",
+        &gone,
+        &stopped,
+    );
+    assert!(
+        stall.exists() && !pod.gate.log().contains("test hook: fsync released"),
+        "the write was still stuck when DST was removed\n{}",
+        pod.logs()
+    );
+    pod.reloads.wait_count(2, SECOND * 5).await;
+
+    // The disk comes back while the ghost still holds the lease: the write
+    // that began while leading is dropped, never renamed over the removal.
+    std::fs::remove_file(&stall).unwrap();
+    wait_log(pod, "test hook: fsync released", SECOND * 5).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!pod.dst.exists(), "a stale write landed\n{}", pod.logs());
+    assert!(pod.gate.log().contains("dropped a copy"), "{}", pod.logs());
+    assert_eq!(
+        pod.sampler.presence(),
+        [false, true, false],
+        "{:?}\n{}",
+        pod.sampler.summary(),
+        pod.logs()
+    );
+
+    // Leading again once the ghost's lease ran out: the current SRC.
+    let again = pod.expect("started-leading", TIMING.lease * 3).await;
+    let (_, back) = pod.dst(n + 1, true, TIMING.lease).await;
+    assert_follows("appeared again", &back, &again);
+    assert_eq!(back.content.as_ref(), Some(&new));
+    let changes = pod.sampler.changes();
+    assert_eq!(changes[1].content.as_ref(), Some(&old));
+    let left: Vec<_> = std::fs::read_dir(pod.dst.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "no temporary file left behind: {left:?}");
+    assert_posts_follow(pod, &[true, false, true]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_removes_dst_and_exits_while_a_write_is_stuck_on_the_disk() {
+    let stall = test_dir("fg-stuck-sigterm-stall").join("stall");
+    let setup = Setup {
+        stall: Some(&stall),
+        ..Setup::default()
+    };
+    let (_api, mut pods) = start("fg-stuck-sigterm", &["a"], setup).await;
+    let pod = &mut pods[0];
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    let (n, _) = pod.dst(1, true, TIMING.lease).await;
+    pod.reloads.wait_count(1, SECOND * 5).await;
+    std::fs::write(&stall, b"").unwrap();
+    replace(&pod.src, b"- targets: ['elsewhere:9100']\n");
+    wait_log(pod, "test hook: fsync stalled", TIMING.retry * 3 + SECOND).await;
+
+    // The disk stays stuck: the gate removes DST and exits all the same,
+    // once its bounded wait for the writer (2 s) is over.
+    let signalled = Instant::now();
+    pod.gate.signal(libc::SIGTERM);
+    let status = pod.gate.wait_exit(SECOND * 10).await;
+    let exited = signed_ms(Instant::now(), signalled);
+    let still_stuck = stall.exists() && !pod.gate.log().contains("test hook: fsync released");
+    let _ = std::fs::remove_file(&stall);
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "exit 0 on SIGTERM with the disk stuck\n{}",
+        pod.logs()
+    );
+    assert!(
+        still_stuck,
+        "the write was stuck throughout\n{}",
+        pod.logs()
+    );
+    let (_, gone) = pod.dst(n + 1, false, SECOND).await;
+    println!(
+        "MEASURE file-gate SIGTERM with a stuck write: removed after {:.1} ms, exited after {exited:.1} ms",
+        signed_ms(gone.at, signalled)
+    );
+    assert!(!pod.dst.exists());
+    assert_eq!(pod.sampler.presence(), [false, true, false]);
+}

@@ -1,0 +1,26 @@
+//! The integration tests, one binary: one module per area, sharing `support`
+//! (the fake API server, real `leader-gate` processes, a real Prometheus).
+//! Run one area with `cargo test --test it chaos::`.
+
+// Also included by path by benches/failover and examples/demo.rs.
+#[path = "../support/mod.rs"]
+mod support;
+
+mod apiserver_contract;
+mod chaos;
+mod cli;
+mod collector_health;
+mod election_scenarios;
+mod event_scenarios;
+mod event_stream;
+mod exec_tree;
+mod file_gate;
+mod gates;
+mod http_abuse;
+mod lease_protection;
+mod logging;
+mod prometheus;
+mod prometheus_gates;
+mod rbac_and_events;
+mod safe_defaults;
+mod successor;

@@ -1,0 +1,322 @@
+//! The named successor and the operator's hand-over (issue 13), end to end:
+//! real `leader-gate` processes against the fake Lease API server, the
+//! overlap monitor on every scenario, and the cost of each hand-over counted
+//! from the fake's request log.
+
+use crate::support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::fake_apiserver::{FakeApiServer, RequestRecord, Verb, lease_holder};
+use support::monitor::Monitor;
+use support::sidecar::{Sidecar, Timing, test_dir};
+
+const NAMESPACE: &str = "collectors";
+const LEASE: &str = "cluster-metrics";
+const SUCCESSOR: &str = "leader-gate.dev/successor";
+/// Claims within [1 s, 2 s] of seeing a leader with an empty slot.
+const CLAIM_WINDOW: &str = "2s";
+const TIMING: Timing = Timing::FAST;
+
+fn extra() -> [&'static str; 2] {
+    ["--successor-claim-window", CLAIM_WINDOW]
+}
+
+fn lease(api: &FakeApiServer) -> Value {
+    api.lease(LEASE).expect("the lease exists")
+}
+
+fn successor(api: &FakeApiServer) -> Option<String> {
+    api.lease(LEASE)?
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            SUCCESSOR.replace('/', "~1")
+        ))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+async fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = f() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The candidate that answers 200, polled every 10 ms.
+async fn wait_leader(sidecars: &[Sidecar], not: &str, timeout: Duration) -> (String, Instant) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        for sidecar in sidecars.iter().filter(|s| s.name != not) {
+            if sidecar.leader().await.is_some_and(|p| p.leading()) {
+                return (sidecar.name.clone(), Instant::now());
+            }
+        }
+        assert!(Instant::now() < deadline, "nobody led within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Successful writes and 409s among `requests`.
+fn cost(requests: &[RequestRecord]) -> (Vec<&RequestRecord>, usize) {
+    let writes = requests
+        .iter()
+        .filter(|r| matches!(r.verb, Verb::Update | Verb::Create))
+        .collect::<Vec<_>>();
+    let ok = writes
+        .iter()
+        .filter(|r| matches!(r.status, Some(200 | 201)))
+        .copied()
+        .collect();
+    let conflicts = writes.iter().filter(|r| r.status == Some(409)).count();
+    (ok, conflicts)
+}
+
+fn handover(api: &FakeApiServer, dir: &Path, args: &[&str]) -> std::process::Output {
+    let kubeconfig = api.write_kubeconfig("operator", dir);
+    std::process::Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args([
+            "handover",
+            "--lease-name",
+            LEASE,
+            "--lease-namespace",
+            NAMESPACE,
+        ])
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run leader-gate handover")
+}
+
+async fn start(test: &str, names: &[&str]) -> (FakeApiServer, Vec<Sidecar>, Monitor) {
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir(test);
+    let sidecars: Vec<Sidecar> = names
+        .iter()
+        .map(|name| Sidecar::spawn_with(&api, &dir, name, TIMING, &extra()))
+        .collect();
+    for sidecar in &sidecars {
+        sidecar.wait_serving().await;
+    }
+    let monitor = Monitor::start(&sidecars.iter().collect::<Vec<_>>());
+    (api, sidecars, monitor)
+}
+
+/// Waits for a leader and a named successor other than it.
+async fn settled(api: &FakeApiServer, sidecars: &[Sidecar]) -> (String, String) {
+    let (leader, _) = wait_leader(sidecars, "", TIMING.lease * 3).await;
+    let successor = wait_until("a successor is named", TIMING.lease * 2, || {
+        let holder = lease_holder(&lease(api));
+        successor(api).filter(|s| Some(s) != holder.as_ref())
+    })
+    .await;
+    (leader, successor)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_ten_candidates_costs_a_few_writes_per_hand_over() {
+    let names: Vec<String> = (0..10).map(|n| format!("node-{n}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (api, mut sidecars, monitor) = start("successor-rolling", &refs).await;
+    let dir = test_dir("successor-rolling");
+    let mut restarted = std::collections::HashSet::new();
+    let mut hand_overs = Vec::new();
+    for round in 0..10 {
+        let (leader, named) = settled(&api, &sidecars).await;
+        // One at a time, the leader whenever it was not restarted yet.
+        let victim = if restarted.contains(&leader) {
+            names
+                .iter()
+                .find(|n| !restarted.contains(*n))
+                .cloned()
+                .expect("one left")
+        } else {
+            leader.clone()
+        };
+        restarted.insert(victim.clone());
+        api.clear_requests();
+        let index = sidecars.iter().position(|s| s.name == victim).unwrap();
+        let stopped = Instant::now();
+        sidecars[index].signal(libc::SIGTERM);
+        sidecars[index]
+            .wait_exit(Duration::from_secs(10))
+            .await
+            .expect("exits on SIGTERM");
+        let mut new_leader = None;
+        if victim == leader {
+            let (new, at) = wait_leader(&sidecars, &victim, TIMING.lease * 2).await;
+            assert_eq!(new, named, "the successor takes over");
+            new_leader = Some((new, at - stopped));
+        }
+        let fresh = Sidecar::spawn_logged(
+            &api,
+            &dir,
+            &victim,
+            &format!("{victim}-{round}.log"),
+            TIMING,
+            &extra(),
+        );
+        fresh.wait_serving().await;
+        monitor.watch(&fresh);
+        sidecars[index] = fresh;
+        // Until the slot is named again and a retry period of quiet.
+        let (leader_now, _) = settled(&api, &sidecars).await;
+        tokio::time::sleep(TIMING.retry).await;
+        let requests = api.requests();
+        // The leader's renews are not part of the hand-over's cost.
+        let (writes, conflicts) = cost(&requests);
+        let writes: Vec<_> = writes
+            .into_iter()
+            .filter(|r| {
+                r.client != leader_now
+                    || new_leader.as_ref().is_some_and(|(new, took)| {
+                        r.client == *new && r.at <= stopped + *took + Duration::from_millis(5)
+                    })
+            })
+            .collect();
+        let summary: Vec<_> = writes
+            .iter()
+            .map(|r| format!("{} {:?} {:?}", r.client, r.verb, r.status))
+            .collect();
+        eprintln!(
+            "round {round}: restarted {victim} (leader {leader}, successor {named}); took over: {new_leader:?}; writes {summary:?}, conflicts {conflicts}"
+        );
+        assert!(
+            writes.len() <= 3,
+            "round {round}: {} writes: {summary:?}",
+            writes.len()
+        );
+        assert!(conflicts <= 5, "round {round}: {conflicts} conflicts");
+        if let Some((_, took)) = new_leader {
+            hand_overs.push(took);
+        }
+    }
+    assert!(
+        hand_overs.len() >= 3,
+        "hand-overs among the restarts: {hand_overs:?}"
+    );
+    monitor.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_successor_killed_just_before_the_leader_stops_is_covered_by_the_fallback() {
+    let (api, mut sidecars, monitor) = start("successor-killed", &["a", "b", "c"]).await;
+    let (leader, named) = settled(&api, &sidecars).await;
+    let dead = sidecars.iter().position(|s| s.name == named).unwrap();
+    sidecars[dead].signal(libc::SIGKILL);
+    sidecars[dead].wait_exit(Duration::from_secs(5)).await;
+    let stopped = Instant::now();
+    let index = sidecars.iter().position(|s| s.name == leader).unwrap();
+    sidecars[index].signal(libc::SIGTERM);
+    let third = ["a", "b", "c"]
+        .into_iter()
+        .find(|n| *n != leader && *n != named)
+        .unwrap();
+    let (new, at) = wait_leader(&sidecars, &leader, TIMING.lease * 2).await;
+    assert_eq!(new, third);
+    let took = at - stopped;
+    eprintln!("successor {named} killed; {third} took over {took:?} after the SIGTERM of {leader}");
+    assert!(
+        took <= TIMING.lease + TIMING.retry,
+        "a new leader within lease duration + retry period: {took:?}"
+    );
+    // The fallback: a retry period and its spread after the release, not an expiry.
+    assert!(took >= TIMING.retry, "{took:?}");
+    monitor.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_hands_over_to_a_named_pod_closing_the_gates_first() {
+    let (api, sidecars, monitor) = start("successor-handover", &["a", "b", "c"]).await;
+    let (leader, named) = settled(&api, &sidecars).await;
+    // To the candidate that is neither the leader nor the successor.
+    let target = ["a", "b", "c"]
+        .into_iter()
+        .find(|n| *n != leader && *n != named)
+        .unwrap();
+    let asked = Instant::now();
+    let output = handover(&api, &test_dir("successor-handover"), &["--to", target]);
+    let took = asked.elapsed();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{output:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        stdout.trim(),
+        format!("{target} holds lease {NAMESPACE}/{LEASE}")
+    );
+    let (new, _) = wait_leader(&sidecars, &leader, Duration::from_secs(2)).await;
+    assert_eq!(new, target);
+    eprintln!("operator hand-over {leader} -> {target}: {took:?} including the CLI's start");
+    // The old leader's gates closed first, for the right reason.
+    let old = sidecars.iter().find(|s| s.name == leader).unwrap();
+    let probe = old.leader().await.expect("answers");
+    assert!(!probe.leading());
+    assert_eq!(probe.body["last_stop_reason"], "handover-requested");
+    monitor.assert_no_overlap();
+    // The request was answered: the acquisition cleared it.
+    let annotations = lease(&api)["metadata"]["annotations"].clone();
+    assert!(annotations.get("leader-gate.dev/handover-to").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_to_a_pod_that_does_not_exist_falls_back_within_the_bound() {
+    let (api, sidecars, monitor) = start("successor-ghost", &["a", "b", "c"]).await;
+    let (leader, _) = settled(&api, &sidecars).await;
+    let asked = Instant::now();
+    let output = handover(&api, &test_dir("successor-ghost"), &["--to", "ghost"]);
+    assert!(
+        output.status.success(),
+        "{output:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (new, at) = wait_leader(&sidecars, "", TIMING.lease * 2).await;
+    let took = at - asked;
+    eprintln!("hand-over to ghost: {new} leads {took:?} after the request ({leader} before)");
+    assert!(
+        took <= TIMING.lease + TIMING.retry,
+        "leaderless no longer than an expiry: {took:?}"
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("ghost did not take over"));
+    monitor.assert_no_overlap();
+
+    // Nobody holds a deleted Lease: the request is refused in one line.
+    api.delete_lease(LEASE);
+    let output = handover(&api, &test_dir("successor-ghost"), &["--to", "b"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("does not exist"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_to_a_stopped_pod_never_makes_two_leaders() {
+    let (api, sidecars, monitor) = start("successor-stopped", &["a", "b", "c"]).await;
+    let (leader, named) = settled(&api, &sidecars).await;
+    let stopped = sidecars.iter().find(|s| s.name == named).unwrap();
+    stopped.signal(libc::SIGSTOP);
+    let asked = Instant::now();
+    let output = handover(&api, &test_dir("successor-stopped"), &["--to", &named]);
+    let (new, at) = wait_leader(&sidecars, &named, TIMING.lease * 2).await;
+    let took = at - asked;
+    eprintln!(
+        "hand-over to stopped {named}: {new} leads {took:?} after the request (was {leader}); {output:?}"
+    );
+    assert!(output.status.success(), "{output:?}");
+    assert!(took <= TIMING.lease + TIMING.retry, "{took:?}");
+    // It resumes with a stale view of the release naming it: its write
+    // conflicts, it never leads while the fallback winner does.
+    stopped.signal(libc::SIGCONT);
+    tokio::time::sleep(TIMING.lease * 2).await;
+    monitor.assert_no_overlap();
+    let holder = lease_holder(&lease(&api));
+    assert_eq!(holder.as_deref(), Some(new.as_str()));
+}
