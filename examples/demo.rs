@@ -50,10 +50,10 @@ const TIMING: [&str; 6] = [
     "1s",
 ];
 
-/// Hidden, for tests/cli.rs: pod-a's gate address, used as given (no other
+/// Hidden, for tests/it/cli.rs: pod-a's gate address, used as given (no other
 /// port is tried), so a test can hand it a busy one.
 const FORCE_GATE_ENV: &str = "LEADER_GATE_DEMO_GATE_A";
-/// Hidden, for tests/cli.rs: the demo itself binds each gate port before the
+/// Hidden, for tests/it/cli.rs: the demo itself binds each gate port before the
 /// sidecar's restart, as another program might, to exercise the rebind.
 const TAKE_PORT_ENV: &str = "LEADER_GATE_DEMO_TAKE_PORT_ON_RESTART";
 
@@ -113,7 +113,7 @@ fn run_sidecar() -> ExitCode {
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(leader_gate::sidecar::run(config)),
+        Ok(runtime) => runtime.block_on(leader_gate::serve::sidecar::run(config)),
         Err(error) => {
             eprintln!("leader-gate: cannot start a tokio runtime: {error}");
             ExitCode::from(leader_gate::exit::OSERR)
@@ -326,7 +326,7 @@ impl Pod {
             .args(TIMING)
             .env("KUBECONFIG", &kubeconfig)
             // The listening line, then warnings only.
-            .env("RUST_LOG", "warn,leader_gate::sidecar=info")
+            .env("RUST_LOG", "warn,leader_gate::serve::sidecar=info")
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
             .stdin(Stdio::null())

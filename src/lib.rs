@@ -19,6 +19,3 @@ pub mod config;
 pub mod elector;
 pub mod exit;
 pub mod serve;
-
-/// `serve` as one function, for `examples/demo.rs` (`leader_gate::sidecar::run`).
-pub use serve::sidecar;
