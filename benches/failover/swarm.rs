@@ -262,6 +262,23 @@ impl Swarm {
         ms(t0.elapsed())
     }
 
+    /// When `name` publishes a holder other than `from` (it saw the release
+    /// or the new holder on its watch), as its driver publishes it.
+    fn sees_change(&self, name: &str, from: &str) -> JoinHandle<Instant> {
+        let mut state = self.members[self.index_of(name)].state.clone();
+        let from = from.to_string();
+        tokio::spawn(async move {
+            loop {
+                if state.borrow_and_update().holder.as_deref() != Some(from.as_str()) {
+                    return Instant::now();
+                }
+                if state.changed().await.is_err() {
+                    return Instant::now();
+                }
+            }
+        })
+    }
+
     fn crash(&mut self, name: &str) {
         let m = self.members.remove(self.index_of(name));
         m.task.abort();
@@ -360,6 +377,11 @@ pub struct Round {
     pub writes: usize,
     pub conflicts: usize,
     pub fanout_ms: f64,
+    /// Graceful and operator: from the successor's publishing of the
+    /// release it saw on its watch to its acquisition's arrival (the
+    /// elector's own share), and from the release's arrival to that.
+    pub after_seen_ms: f64,
+    pub seen_ms: f64,
     /// The new holder was the named successor.
     pub successor_won: bool,
 }
@@ -400,12 +422,17 @@ pub async fn run(
     let _ = swarm.settled(Duration::from_secs(90)).await;
     for _ in 0..3 {
         row.fake_fanout_ms.push(swarm.fake_fanout().await);
+        // Every candidate handles the edit before anything else happens: a
+        // release built on the object before it would be answered 409 and,
+        // on shutdown, not sent again (the Lease would expire).
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 
     note(&format!("swarm{size}: graceful"));
     for _ in 0..rounds {
         let (h, s) = swarm.settled(Duration::from_secs(90)).await;
         swarm.api.clear_requests();
+        let saw = swarm.sees_change(&s, &h);
         let t0 = Instant::now();
         swarm.stop(&h).await;
         let new = swarm.holder_other_than(&h, t.lease * 2).await;
@@ -414,8 +441,11 @@ pub async fn run(
         let seen = swarm.all_see(&new, Duration::from_secs(30)).await;
         let end = swarm.refilled(&new).await;
         let (writes, conflicts) = swarm.writes(release.at, end, &[], &acq);
+        let saw = saw.await.expect("watch task");
         row.graceful.push(Round {
             ms: ms(acq.at - release.at),
+            after_seen_ms: ms(acq.at.saturating_duration_since(saw)),
+            seen_ms: ms(saw.saturating_duration_since(release.at)),
             writes,
             conflicts,
             fanout_ms: ms(seen - acq.at),
@@ -439,6 +469,7 @@ pub async fn run(
             }
             Instant::now()
         });
+        let saw = swarm.sees_change(&s, &h);
         let t0 = Instant::now();
         let out = tokio::process::Command::new(binary)
             .args([
@@ -468,8 +499,11 @@ pub async fn run(
         let seen = swarm.all_see(&new, Duration::from_secs(30)).await;
         let end = swarm.refilled(&new).await;
         let (writes, conflicts) = swarm.writes(request.at, end, &["operator"], &acq);
+        let saw = saw.await.expect("watch task");
         row.operator.push(Round {
             ms: ms(acq.at - request.at),
+            after_seen_ms: ms(acq.at.saturating_duration_since(saw)),
+            seen_ms: ms(saw.saturating_duration_since(release.at)),
             writes,
             conflicts,
             fanout_ms: ms(seen - acq.at),
@@ -502,6 +536,7 @@ pub async fn run(
                 conflicts,
                 fanout_ms: ms(seen - acq.at),
                 successor_won: new == s,
+                ..Round::default()
             };
             if dead {
                 row.expiry_dead.push(r);
@@ -534,6 +569,20 @@ pub fn print(rows: &[Row], table: &mut Table) {
             &v(&r.graceful),
             |p| p <= 50.0,
         );
+        for (what, rs) in [("graceful", &r.graceful), ("operator", &r.operator)] {
+            table.signed(
+                &format!("swarm {n}: {what}: release's arrival → the successor publishes it saw the release (watch fan-out)"),
+                "",
+                &rs.iter().map(|x| x.seen_ms).collect::<Vec<_>>(),
+                |_| true,
+            );
+            table.signed(
+                &format!("swarm {n}: {what}: successor saw the release → its acquisition arrives (the elector's own share)"),
+                "",
+                &rs.iter().map(|x| x.after_seen_ms).collect::<Vec<_>>(),
+                |_| true,
+            );
+        }
         table.signed(
             &format!("swarm {n}: expiry, successor alive → acquisition, after the last renew (lease 15 s)"),
             &format!("≤ {:.0}", lease_ms + 100.0),

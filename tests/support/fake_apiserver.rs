@@ -822,6 +822,8 @@ impl FakeApiServer {
             .lock()
             .watch_lag
             .insert(client.to_string(), lag);
+        // Open watches read their lag again on this signal.
+        self.inner().notify_faults();
     }
 
     /// Sets the interval between BOOKMARK events (default 1 s) for all watches with
