@@ -73,7 +73,10 @@ fn kubeconfig_yaml(api: &FakeApiServer, client: &str) -> String {
 
 impl Swarm {
     pub async fn start(size: usize, timing: Timing) -> Swarm {
-        let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+        // Two threads, as a real API server answers a write while it fans
+        // an event out (one thread would queue the successor's write behind
+        // 5,000 watch writes).
+        let api = FakeApiServer::start_with_threads(NAMESPACE, LEASE, 2).await;
         api.set_bookmark_interval(Duration::from_secs(60));
         let mut swarm = Swarm {
             api,
@@ -461,13 +464,20 @@ pub async fn run(
         let (h, s) = swarm.settled(Duration::from_secs(90)).await;
         swarm.api.clear_requests();
         let mut state = swarm.members[swarm.index_of(&h)].state.clone();
+        // The wall clock of the snapshot that said "not leading" (a later
+        // one if this task runs late: it errs towards "not first").
         let closed = tokio::spawn(async move {
-            while state.borrow_and_update().leading {
+            loop {
+                {
+                    let now = state.borrow_and_update();
+                    if !now.leading {
+                        return now.since_micros;
+                    }
+                }
                 if state.changed().await.is_err() {
-                    break;
+                    return i64::MAX;
                 }
             }
-            Instant::now()
         });
         let saw = swarm.sees_change(&s, &h);
         let t0 = Instant::now();
@@ -493,7 +503,12 @@ pub async fn run(
         let acq = swarm.wait_write(&new, Some(request.at)).await;
         let release = swarm.last_write(&h, acq.at);
         let closed_at = closed.await.expect("state task");
-        if closed_at < release.at {
+        let release_wall = release
+            .wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_micros() as i64;
+        if closed_at < release_wall {
             row.operator_gates_first += 1;
         }
         let seen = swarm.all_see(&new, Duration::from_secs(30)).await;
