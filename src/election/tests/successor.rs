@@ -436,3 +436,27 @@ fn the_fallback_of_5000_candidates_crowds_its_first_attempt_only_a_little() {
         }
     }
 }
+
+#[test]
+fn the_claims_of_5000_candidates_crowd_the_first_only_a_little() {
+    // Issue 13: ≤ 5 conflicts per hand-over at 5,000 candidates, the claim
+    // of the emptied slot included; the claims that conflict are those sent
+    // before the first reached them on the watch.
+    let (retry, window) = (Duration::from_secs(2), DEFAULT_CLAIM_WINDOW);
+    let mut delays: Vec<Duration> = (0..5000u64)
+        .map(|seed| {
+            super::super::successor::claim_delay(retry, window, &mut fastrand::Rng::with_seed(seed))
+        })
+        .collect();
+    delays.sort();
+    assert!(delays[0] >= retry && delays[delays.len() - 1] <= window);
+    for (latency_ms, most) in [(50, 1), (500, 3)] {
+        let latency = Duration::from_millis(latency_ms);
+        let crowd = delays.iter().filter(|d| **d <= delays[0] + latency).count() - 1;
+        assert!(
+            crowd <= most,
+            "{crowd} claims within {latency:?} of the first (a uniform draw: about {})",
+            5000 * latency_ms / 58_000
+        );
+    }
+}
