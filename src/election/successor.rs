@@ -159,7 +159,7 @@ pub(super) fn acquisition_delay(
 /// fall within the watch latency of the first (at 5,000 candidates and a
 /// 58 s window: about N × L / W = 43 with a uniform draw and L = 500 ms, 0.5
 /// with this one). A small group names its successor later (10 candidates:
-/// 28 s on average instead of 7 s); until then a release is spread.
+/// 25 s on average instead of 7 s); until then a release is spread.
 pub(super) fn claim_delay(retry: Duration, window: Duration, rng: &mut fastrand::Rng) -> Duration {
     let window = window.max(retry);
     retry + (window - retry).mul_f64(rng.f64().cbrt())
