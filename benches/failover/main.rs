@@ -10,10 +10,11 @@
 //!
 //! Scenarios (names for `--only`, matched as substrings): `acquire`,
 //! `graceful`, `crash`, `edit`, `forbidden`, `hang`, `startup`, `load10`,
-//! `load100`, `wrk`, `fanout`. Two more run only when named in `--only`:
+//! `load100`, `wrk`, `fanout`, `swarm10`, `swarm1000` (these two matched
+//! whole; `swarm` names both). Three more run only when named in `--only`:
 //! `load1000` (1,000 processes, about 8 GiB resident in all) and `day` (a
 //! day of renewals, 43,200 at retry 100 ms, about 73 min; 3,000 with
-//! `--quick`, or `RENEWALS=n`). `LEADER_GATE_BIN=/path` runs another build
+//! `--quick`, or `RENEWALS=n`), and `swarm5000`. `LEADER_GATE_BIN=/path` runs another build
 //! of the binary (e.g. the previous commit's) under the same bench.
 //!
 //! The peer: `acquire`, `graceful`, `crash`, `startup`, `load10`, `load100`,
@@ -23,6 +24,12 @@
 //! with ratios leader-gate ÷ peer. `--peer PATH` or `PEER_BIN` names the peer
 //! binary; by default `bench-peer/target/release/klm-gate` if it is built,
 //! else the peer rows are skipped with a note.
+//!
+//! `swarm10`, `swarm1000`, `swarm5000`: the scale rows of issue 13 (steady
+//! load, graceful stop, expiry with the successor alive and dead, operator
+//! hand-over, each with its writes and conflicts), many candidates in this
+//! one process, each with its own client and watch (see `swarm.rs`). With
+//! `--quick` they run 3 rounds unless `--rounds` says otherwise.
 //!
 //! Every latency row gives min / median / p99 / max over its rounds. The p99
 //! is by nearest rank, so below 100 rounds it is the maximum: read it as
@@ -40,6 +47,7 @@ mod latency;
 mod load;
 mod peer;
 mod program;
+mod swarm;
 mod table;
 mod wrk;
 
@@ -245,6 +253,21 @@ fn main() {
         } else {
             None
         };
+        // Scale (issue 13): many candidates in this process.
+        let mut swarms = Vec::new();
+        let swarm_rounds = if opts.quick && std::env::var("ROUNDS").is_err() && !std::env::args().any(|a| a == "--rounds") { 3 } else { rounds };
+        let swarm_steady = if opts.quick { Duration::from_secs(10) } else { Duration::from_secs(30) };
+        for size in [10usize, 1000, 5000] {
+            let name = format!("swarm{size}");
+            // Matched whole (`swarm10` is not `swarm1000`); `swarm` names 10 and 1,000.
+            let exact = opts.only.iter().any(|o| *o == name || (o == "swarm" && size < 5000));
+            let asked = exact || (opts.only.is_empty() && size < 5000);
+            if asked {
+                note(&name);
+                swarms.push(swarm::run(size, swarm_rounds, swarm_steady, &binary, &note).await);
+            }
+        }
+        swarm::print(&swarms, &mut table);
         let wrk = if opts.wants("wrk") {
             note("wrk");
             wrk_leader(&Program::LeaderGate, if opts.quick { 3 } else { 10 }).await
@@ -275,6 +298,7 @@ fn main() {
             if opts.quick { " (quick)" } else { "" }
         );
         table.print();
+        swarm::print_writes(&swarms);
         fanout::print(&fanouts);
         if !loads.is_empty() {
             println!();

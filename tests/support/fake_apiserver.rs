@@ -391,6 +391,24 @@ impl FakeApiServer {
         server
     }
 
+    /// Like [`start`](Self::start), on a runtime of `threads` worker threads
+    /// (the swarm benchmark: a write is answered while an event goes out to
+    /// thousands of watches, as on a real multi-core API server).
+    pub async fn start_with_threads(
+        namespace: &str,
+        lease_name: &str,
+        threads: usize,
+    ) -> FakeApiServer {
+        let server = Self::create_with(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            namespace,
+            lease_name,
+            threads,
+        );
+        server.restart().await;
+        server
+    }
+
     /// Starts a server listening on `addr` (e.g. an address reserved earlier, for "the API
     /// server comes up later"). Panics if the address cannot be bound.
     pub async fn start_on(addr: SocketAddr, namespace: &str, lease_name: &str) -> FakeApiServer {
@@ -407,15 +425,31 @@ impl FakeApiServer {
     }
 
     fn create(addr: SocketAddr, namespace: &str, lease_name: &str) -> FakeApiServer {
+        Self::create_with(addr, namespace, lease_name, 1)
+    }
+
+    fn create_with(
+        addr: SocketAddr,
+        namespace: &str,
+        lease_name: &str,
+        threads: usize,
+    ) -> FakeApiServer {
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         std::thread::Builder::new()
             .name("fake-apiserver".into())
             .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("build fake apiserver runtime");
+                let rt = if threads > 1 {
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(threads)
+                        .enable_all()
+                        .build()
+                } else {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                }
+                .expect("build fake apiserver runtime");
                 handle_tx
                     .send(rt.handle().clone())
                     .expect("send runtime handle");
@@ -827,6 +861,8 @@ impl FakeApiServer {
             .lock()
             .watch_lag
             .insert(client.to_string(), lag);
+        // Open watches read their lag again on this signal.
+        self.inner().notify_faults();
     }
 
     /// Sets the interval between BOOKMARK events (default 1 s) for all watches with

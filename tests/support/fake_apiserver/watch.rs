@@ -164,9 +164,12 @@ pub(super) async fn serve(
     let bookmark_interval = || inner.lock().bookmark_interval;
     let mut next_bookmark = now + bookmark_interval();
     let mut fault_changes = inner.faults_changed.subscribe();
+    // Read again only when faults or lags change (they notify): a lock per
+    // event and watch made the fan-out to 5,000 watches slow (swarm bench).
+    let mut held = partitioned(inner, client);
+    let mut l = lag(inner, client);
 
     loop {
-        let held = partitioned(inner, client);
         let now = Instant::now();
         if !held {
             while queue.front().is_some_and(|(due, _)| *due <= now) {
@@ -193,15 +196,12 @@ pub(super) async fn serve(
             }
         }
         if !server_done && now >= deadline {
-            queue.push_back((now + lag(inner, client), Item::End));
+            queue.push_back((now + l, Item::End));
             server_done = true;
             continue;
         }
         if bookmarks && !server_done && !held && now >= next_bookmark {
-            queue.push_back((
-                now + lag(inner, client),
-                Item::Line(bookmark_line(last_rv, false)),
-            ));
+            queue.push_back((now + l, Item::Line(bookmark_line(last_rv, false))));
             next_bookmark = now + bookmark_interval();
             continue;
         }
@@ -221,7 +221,7 @@ pub(super) async fn serve(
                 Some(WatchMsg::Event(e)) => {
                     last_rv = e.rv;
                     if let Some(line) = render_event(&filter, &e) {
-                        queue.push_back((Instant::now() + lag(inner, client), Item::Line(line)));
+                        queue.push_back((Instant::now() + l, Item::Line(line)));
                     }
                 }
                 Some(WatchMsg::Signal(WatchSignal::Drop)) => {
@@ -231,7 +231,7 @@ pub(super) async fn serve(
                 Some(WatchMsg::Signal(WatchSignal::Expire)) => {
                     let current = inner.lock().store.rv();
                     let e = status::expired(last_rv, current);
-                    queue.push_back((Instant::now() + lag(inner, client), Item::ErrorEnd(error_line(&e.body))));
+                    queue.push_back((Instant::now() + l, Item::ErrorEnd(error_line(&e.body))));
                     server_done = true;
                 }
                 None => {
@@ -240,7 +240,10 @@ pub(super) async fn serve(
                 }
             },
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {}
-            _ = fault_changes.changed() => {}
+            _ = fault_changes.changed() => {
+                held = partitioned(inner, client);
+                l = lag(inner, client);
+            }
         }
     }
 }

@@ -374,3 +374,89 @@ fn a_renew_answered_409_because_a_claim_landed_is_retried_at_once_from_the_claim
     h.feed(Input::Written(Ok(stored)), t + 2.03);
     assert!((h.deadline_secs() - (t + 12.02)).abs() < 1e-6);
 }
+
+/// The fallback attempts of `n` candidates after `lease` (seeds 0..n): the
+/// delays, sorted, and how many fall within `latency` of the first.
+fn fallback_crowd(
+    lease: LeaseBuilder,
+    released: bool,
+    n: u64,
+    latency: Duration,
+) -> (Vec<Duration>, usize) {
+    let mut h = Harness::new("c");
+    if released {
+        let released = released_naming(&mut h, Some("b"));
+        h.feed(Input::Observed(Some(released)), 3.0);
+    } else {
+        let held = h.server_sets(lease);
+        h.feed(Input::Observed(Some(held)), 0.0);
+    }
+    let view = h.election.view.as_ref().expect("a view");
+    let settings = h.election.settings().clone();
+    let mut delays: Vec<Duration> = (0..n)
+        .map(|seed| {
+            super::super::successor::acquisition_delay(
+                &settings,
+                &mut fastrand::Rng::with_seed(seed),
+                view,
+            )
+        })
+        .collect();
+    delays.sort();
+    let first = delays[0];
+    let crowd = delays.iter().filter(|d| **d <= first + latency).count() - 1;
+    (delays, crowd)
+}
+
+#[test]
+fn the_fallback_of_5000_candidates_crowds_its_first_attempt_only_a_little() {
+    // Issue 13: with the successor dead too, ≤ 30 conflicts at 5,000
+    // candidates within lease + retry. Conflicts are the attempts sent
+    // before the first one reached them on the watch.
+    let held = || LeaseBuilder::held_by("a").annotation(SUCCESSOR_ANNOTATION, "b");
+    for (released, from) in [(false, 1.0), (true, 2.0)] {
+        for (latency_ms, most) in [(10, 3), (50, 15)] {
+            let latency = Duration::from_millis(latency_ms);
+            let (delays, crowd) = fallback_crowd(held(), released, 5000, latency);
+            assert!(
+                crowd <= most,
+                "released {released}: {crowd} attempts within {latency:?} of the first (a uniform spread: about {})",
+                5000 * latency_ms / 1000
+            );
+            // Still within the window: [retry/2, retry] after expiry,
+            // [retry, 1.5 retry] after a release (retry 2 s).
+            let (lo, hi) = (
+                delays[0].as_secs_f64(),
+                delays[delays.len() - 1].as_secs_f64(),
+            );
+            assert!(
+                lo >= from && hi <= from + 1.0 + 1e-9,
+                "released {released}: {lo}..{hi}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_claims_of_5000_candidates_crowd_the_first_only_a_little() {
+    // Issue 13: ≤ 5 conflicts per hand-over at 5,000 candidates, the claim
+    // of the emptied slot included; the claims that conflict are those sent
+    // before the first reached them on the watch.
+    let (retry, window) = (Duration::from_secs(2), DEFAULT_CLAIM_WINDOW);
+    let mut delays: Vec<Duration> = (0..5000u64)
+        .map(|seed| {
+            super::super::successor::claim_delay(retry, window, &mut fastrand::Rng::with_seed(seed))
+        })
+        .collect();
+    delays.sort();
+    assert!(delays[0] >= retry && delays[delays.len() - 1] <= window);
+    for (latency_ms, most) in [(50, 1), (500, 3)] {
+        let latency = Duration::from_millis(latency_ms);
+        let crowd = delays.iter().filter(|d| **d <= delays[0] + latency).count() - 1;
+        assert!(
+            crowd <= most,
+            "{crowd} claims within {latency:?} of the first (a uniform draw: about {})",
+            5000 * latency_ms / 58_000
+        );
+    }
+}
