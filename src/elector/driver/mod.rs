@@ -337,7 +337,7 @@ impl Driver {
                             Input::Written(Err(error)) => tracing::warn!(
                                 why,
                                 %error,
-                                "could not release the lease; peers take it after it expires"
+                                "could not release the lease (on shutdown, a 409 is retried from a fresh read); peers take it after it expires"
                             ),
                             _ => {}
                         }
@@ -448,14 +448,34 @@ impl Driver {
         // Nothing is in flight now: the machine releases the Lease if it is
         // still ours, in what is left of the shutdown timeout (the write's
         // own timeout), and the answer goes back to it like any other.
-        let left = deadline.saturating_duration_since(Instant::now());
-        self.step(Input::Release { timeout: left }).await;
-        if let Some(release) = self.inflight.take() {
+        for _ in 0..RELEASE_ATTEMPTS {
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.step(Input::Release { timeout: left }).await;
+            let Some(release) = self.inflight.take() else {
+                return;
+            };
             let input = release.await;
+            let conflicted = matches!(input, Input::Written(Err(ApiError::Conflict(_))));
             self.step(input).await;
+            if !conflicted {
+                return;
+            }
+            // Another write landed first — a follower's claim of the
+            // successor slot, a hand-over request, an annotation edit. The
+            // watch is no longer read here: read the record, and release
+            // again if it is still ours (the machine judges), rather than
+            // leave the group a whole expiry without a leader.
+            match timeout_at(deadline, self.store.get()).await {
+                Ok(Ok(lease)) => self.step(Input::Observed(lease)).await,
+                _ => return,
+            }
         }
     }
 }
+
+/// A release answered 409 is retried from a fresh read this many times in
+/// all: each conflict is another write that landed first, rare at once.
+const RELEASE_ATTEMPTS: usize = 3;
 
 /// After `restarts` 401s or ends of the stream in a row: 1 s doubling to
 /// 30 s, jittered, so a persistent 401 cannot turn into a stream of LISTs.

@@ -40,6 +40,9 @@ struct Client {
     cut: Arc<watch::Sender<u64>>,
     watches_started: Arc<AtomicUsize>,
     reload_hangs: Arc<AtomicBool>,
+    /// The next write of this client lands just after someone else's edit
+    /// of an annotation (as a follower's claim of the successor slot would).
+    edited_first: Arc<AtomicBool>,
 }
 
 impl Memory {
@@ -61,6 +64,7 @@ impl Memory {
             cut: Arc::new(watch::channel(0).0),
             watches_started: Arc::default(),
             reload_hangs: Arc::default(),
+            edited_first: Arc::default(),
         }
     }
 
@@ -93,6 +97,22 @@ impl Memory {
             .unwrap()
             .push((client.into(), Instant::now()));
         Ok(lease)
+    }
+
+    /// Someone else changes an annotation only: a new resourceVersion, the
+    /// same record.
+    fn annotate(&self) {
+        let mut guard = self.object.lock().unwrap();
+        let (stored, rv) = &mut *guard;
+        let object = stored.as_mut().expect("a Lease to annotate");
+        *rv += 1;
+        object.metadata.resource_version = Some(rv.to_string());
+        object
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("example.com/note".into(), rv.to_string());
+        self.changes.send_replace(Some(Lease::new(object.clone())));
     }
 
     /// An operator deletes the Lease.
@@ -132,6 +152,9 @@ impl Client {
         async move {
             if this.hang.load(Ordering::SeqCst) {
                 std::future::pending::<()>().await;
+            }
+            if this.edited_first.swap(false, Ordering::SeqCst) {
+                this.memory.annotate();
             }
             this.memory.write(&this.name, object, create)
         }
@@ -334,6 +357,35 @@ async fn shutdown_releases_and_a_watching_peer_takes_over_without_waiting_for_ex
     assert!(
         taken - released <= Duration::from_millis(100),
         "at once: a marked release is free, no acquisition spread"
+    );
+}
+
+/// A write that lands just before the release (a follower claiming the
+/// successor slot, an annotation edit) makes it a 409: the release is sent
+/// again from a fresh read, so the successor takes over at once rather than
+/// after a whole expiry.
+#[tokio::test(start_paused = true)]
+async fn a_release_answered_409_by_an_annotation_edit_is_sent_again() {
+    let memory = Memory::new();
+    let a = memory.client("a");
+    let edited_first = a.edited_first.clone();
+    let mut leader = Candidate::start(a);
+    sleep(Duration::from_secs(3)).await;
+    let follower = Candidate::start(memory.client("b"));
+    sleep(Duration::from_secs(3)).await;
+
+    edited_first.store(true, Ordering::SeqCst);
+    let signalled = Instant::now();
+    leader.stop.cancel();
+    (&mut leader.task).await.unwrap();
+    let released = memory.last_write_by("a");
+    assert!(released >= signalled, "a released after the edit");
+    sleep(Duration::from_secs(5)).await;
+    let taken = follower.started_at().expect("b takes the release");
+    assert!(
+        taken - released <= Duration::from_millis(100),
+        "taken {:?} after the release",
+        taken - released
     );
 }
 
