@@ -132,10 +132,6 @@ impl Publisher {
         self
     }
 
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
     /// Publishes `snapshot` if anything a reader sees changed, with an event
     /// for each transition (stopped before new-leader before started).
     pub fn publish(&self, snapshot: &Snapshot) {
