@@ -13,7 +13,9 @@
 //! - **Bodies**: none of the routes takes one. A body of at most
 //!   [`MAX_BODY`] is read and dropped (the connection stays usable); a larger
 //!   one gets 413 and the connection closes, lingering so that the answer is
-//!   not destroyed by a reset.
+//!   not destroyed by a reset. While a body is read the connection counts as
+//!   idle (it may be evicted), and the body must arrive within a second, so
+//!   clients that trickle bodies cannot hold the places probes need.
 //! - **Connection cap with eviction**: at most [`Limits::max_connections`]
 //!   open per listener. When full, a newcomer takes the place of the
 //!   connection whose write has waited longest (a client that does not read
@@ -99,6 +101,9 @@ const HANDLERS: usize = 2;
 const SEND_BUFFER: usize = 64 * 1024;
 /// Request bodies larger than this get 413 (no route takes a body).
 pub const MAX_BODY: u64 = 64 * 1024;
+/// A body that is announced must arrive whole within this, or the request
+/// gets 400 (a client sends its small body with its head).
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(1);
 /// After closing its side, the server reads (and drops) what the client
 /// still sends for at most this long and this much, so that the close sends
 /// no reset that would destroy the answer before the client has read it.
@@ -215,13 +220,15 @@ async fn connection(
         let (router, busy_slot) = (router.clone(), busy_slot.clone());
         let handlers = (!first.replace(false)).then(|| handlers.clone());
         Box::pin(async move {
-            // Busy (not evictable) while its body is read, and from its turn
-            // to the end of its answer, unless its write stalls.
-            let busy = Busy::new(busy_slot.clone());
-            let request = match without_body(request, limits.header_read_timeout).await {
+            // Idle (evictable) while a body it announced is read: no route
+            // takes one, and clients that trickle bodies must not hold the
+            // places a probe needs. Busy (not evictable) from its turn to the
+            // end of its answer, unless its write stalls.
+            let request = match without_body(request).await {
                 Ok(request) => request,
                 Err(refusal) => return Ok(refusal),
             };
+            let busy = Busy::new(busy_slot.clone());
             // A connection's first request is answered at once (a probe's
             // only one); every later one takes its turn in a fair queue,
             // behind every other connection's, and idle (evictable) while
@@ -269,12 +276,9 @@ async fn connection(
 }
 
 /// Reads and drops a request's body, if any: 413 when it is larger than
-/// [`MAX_BODY`], 400 when it is malformed or the client stops sending it
-/// (both close the connection).
-async fn without_body(
-    request: Request<Incoming>,
-    timeout: Duration,
-) -> Result<Request<Body>, Response> {
+/// [`MAX_BODY`], 400 when it is malformed or does not arrive whole within
+/// [`BODY_READ_TIMEOUT`] (both close the connection).
+async fn without_body(request: Request<Incoming>) -> Result<Request<Body>, Response> {
     let (parts, body) = request.into_parts();
     let refuse = |status: StatusCode| {
         let mut response = status.into_response();
@@ -291,7 +295,7 @@ async fn without_body(
             return Err(refuse(StatusCode::PAYLOAD_TOO_LARGE));
         }
         let read = Limited::new(body, MAX_BODY as usize).collect();
-        match tokio::time::timeout(timeout, read).await {
+        match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
             Ok(Ok(_)) => {}
             Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => {
                 return Err(refuse(StatusCode::PAYLOAD_TOO_LARGE));
@@ -340,7 +344,7 @@ async fn linger(mut stream: TcpStream, evicted: &CancellationToken, shutdown: &C
 struct Slot {
     /// Its key in the table: the order of admission.
     id: u64,
-    /// Requests (or their bodies) in progress on it.
+    /// Requests in progress on it (from their turn to the end of their answer).
     busy: AtomicUsize,
     /// Since when its pending write has waited (microseconds since the
     /// table's epoch, plus one); 0 while no write waits.

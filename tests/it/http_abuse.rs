@@ -285,6 +285,124 @@ async fn clients_pipelining_metrics_and_never_reading_leave_healthz_answering() 
     );
 }
 
+/// 128 clients (the admin listener's cap) send a head that announces a body
+/// (by `Content-Length` or chunked) and then trickle it a byte at a time,
+/// reconnecting whenever the server gives up on them. A body is read while
+/// the connection counts as idle and under a short timeout, so every probe
+/// finds a place: a server that kept such connections busy while it waited
+/// for their bodies refused every probe at admission for as long as the
+/// attack lasted, and the kubelet would restart the sidecar.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_trickling_request_bodies_leave_healthz_answering() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    const ATTACKERS: usize = 128;
+    const PROBES: usize = 40;
+    support::raise_fd_limit(16_384);
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("http-abuse-trickle");
+    let timing = Timing::FAST;
+    let leader = Sidecar::spawn(&api, &dir, "a", timing);
+    leader.wait_serving().await;
+    leader.wait_leading(timing.lease * 3).await;
+    assert!(
+        healthz(leader.admin).await,
+        "/healthz answers before the attack"
+    );
+
+    let admin = leader.admin;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (connections, trickling) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut attackers = tokio::task::JoinSet::new();
+    for attacker in 0..ATTACKERS {
+        let (stop, connections, trickling) = (stop.clone(), connections.clone(), trickling.clone());
+        // Half announce a length, half a chunked body; each then sends one
+        // byte of it every 100 ms (a chunk of one byte, for the chunked).
+        let (head, byte): (&[u8], &[u8]) = if attacker % 2 == 0 {
+            (
+                b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+                b"x",
+            )
+        } else {
+            (
+                b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+                b"1\r\nx\r\n",
+            )
+        };
+        attackers.spawn(async move {
+            let mut counted = false;
+            while !stop.load(Relaxed) {
+                let Ok(mut stream) = TcpStream::connect(admin).await else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                connections.fetch_add(1, Relaxed);
+                if stream.write_all(head).await.is_err() {
+                    continue;
+                }
+                let mut sent = 0;
+                while !stop.load(Relaxed) {
+                    if stream.write_all(byte).await.is_err() {
+                        break;
+                    }
+                    sent += 1;
+                    if sent == 3 && !counted {
+                        counted = true;
+                        trickling.fetch_add(1, Relaxed);
+                    }
+                    // Until the server answers or closes: then reconnect.
+                    let mut buf = [0u8; 512];
+                    match tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buf))
+                        .await
+                    {
+                        Err(_) => {}    // nothing yet: trickle on
+                        Ok(_) => break, // an answer (400) or the close
+                    }
+                }
+            }
+        });
+    }
+    // Every attacker has had a body under way for a while (300 ms).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while trickling.load(Relaxed) < ATTACKERS {
+        assert!(
+            Instant::now() < deadline,
+            "the attack never got going: {trickling:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let mut answered = 0;
+    let mut failed_at = Vec::new();
+    for i in 0..PROBES {
+        let started = Instant::now();
+        if healthz(admin).await {
+            answered += 1;
+        } else {
+            failed_at.push(i);
+        }
+        tokio::time::sleep(Duration::from_millis(250).saturating_sub(started.elapsed())).await;
+    }
+    stop.store(true, Relaxed);
+    while attackers.join_next().await.is_some() {}
+    println!(
+        "MEASURE /healthz under {ATTACKERS} clients trickling request bodies: {answered} of {PROBES} answered within 1 s; {} attacker connections",
+        connections.load(Relaxed)
+    );
+    assert_eq!(
+        answered, PROBES,
+        "probes {failed_at:?} went unanswered while bodies trickled"
+    );
+    let after = leader
+        .leader()
+        .await
+        .expect("/leader answers after the attack");
+    assert!(
+        after.leading(),
+        "the leader kept leading through the attack"
+    );
+}
+
 /// Sends `request` on a fresh connection, closes nothing, and reads until the
 /// server closes: what came back, or how the read failed (a reset).
 async fn exchange(addr: SocketAddr, request: &[u8]) -> Result<String, std::io::ErrorKind> {
