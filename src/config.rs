@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+use crate::client::feed::MAX_KEEP_ALIVE;
 use crate::client::file_gate::Mapping;
 use crate::client::url::{DEFAULT_URL, GateUrl};
 use crate::elector::driver::ShutdownOptions;
@@ -423,8 +424,16 @@ impl ServeArgs {
                 format!("must be from 1 to {MAX_SUBSCRIBERS} (got {max_subscribers})"),
             ));
         }
-        if events_keep_alive.is_zero() {
-            return Err(invalid("--events-keep-alive", "must be more than 0"));
+        if events_keep_alive.is_zero() || events_keep_alive > MAX_KEEP_ALIVE {
+            // Longer, and every gate client would drop and reopen its
+            // stream whenever nothing else happened for three intervals.
+            return Err(invalid(
+                "--events-keep-alive",
+                format!(
+                    "must be more than 0 and at most {MAX_KEEP_ALIVE:?} (got {events_keep_alive:?}): event-stream clients reconnect after {:?} of silence",
+                    MAX_KEEP_ALIVE * 3
+                ),
+            ));
         }
         if successor_claim_window <= retry_period || successor_claim_window > MAX_CLAIM_WINDOW {
             return Err(invalid(
@@ -832,6 +841,10 @@ mod tests {
             (
                 &["--identity", &"x".repeat(254)],
                 "invalid --identity: must be at most 253 bytes",
+            ),
+            (
+                &["--events-keep-alive", "60s"],
+                "invalid --events-keep-alive: must be more than 0 and at most 15s",
             ),
         ];
         for (extra, expected) in cases {

@@ -29,9 +29,12 @@ use crate::client::sse_reader::{SseMessage, SseParser};
 use crate::client::url::GateUrl;
 use crate::clock::{BootInstant, boot_clock_id};
 
-/// Reconnect when not even a keep-alive arrived for this long (three of the
-/// sidecar's default 15 s keep-alive intervals).
-const IDLE_TIMEOUT: Duration = Duration::from_secs(45);
+/// The longest keep-alive interval a sidecar may send (`--events-keep-alive`
+/// is bounded by it): a stream may miss two keep-alives before its client
+/// gives it up.
+pub const MAX_KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Reconnect when not even a keep-alive arrived for this long.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(3 * MAX_KEEP_ALIVE.as_secs());
 /// Bound on connecting and on the response head.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Re-check the boot clock at least this often while leading: a monotonic
