@@ -7,7 +7,8 @@
 //!   (`waitpid(-1)` on every SIGCHLD, idle or not), and it is still within
 //!   reach when a term ends, even if it left the process group.
 //! - A term ends when the child is reaped, its process group is empty and
-//!   `exec` has no other child left: not before.
+//!   `exec` has no other child left: not before. A group once seen empty
+//!   is never signalled again (its id may then name another group).
 //! - PDEATHSIG reaches only the direct child. For its descendants, unless
 //!   `exec` is PID 1 (then the kernel kills the whole PID namespace with
 //!   it), a small forked guard holds the read end of a pipe from `exec`:
@@ -82,6 +83,7 @@ fn parent_of(pid: i32) -> Option<i32> {
 pub struct Tree {
     /// The child's pid, which is also its process group id.
     pid: i32,
+    group: Group,
     status: Option<ExitStatus>,
     guard: Option<Guard>,
     released: bool,
@@ -134,6 +136,7 @@ impl Tree {
         };
         Ok(Tree {
             pid,
+            group: Group::new(pid),
             status: None,
             guard,
             released: false,
@@ -173,10 +176,8 @@ impl Tree {
     /// Sends `signal` once to each process of the tree: the child's process
     /// group, and every other child of `exec` (orphans that left the group),
     /// except the guard.
-    pub fn signal_all(&self, signal: i32) {
-        // SAFETY: kill(2) on a process group led by our child: its id is
-        // not reused while a member lives or the leader is unreaped.
-        unsafe { libc::kill(-self.pid, signal) };
+    pub fn signal_all(&mut self, signal: i32) {
+        self.group.signal(signal, self.status.is_some());
         for pid in children(self.guard.as_ref().map(|g| g.pid)) {
             // SAFETY: getpgid and kill(2) on our own child, not yet reaped
             // (zombies are listed too, so the pid cannot have been reused).
@@ -197,10 +198,7 @@ impl Tree {
         if self.status.is_none() {
             return false;
         }
-        // SAFETY: kill(2) with signal 0 only checks for existence.
-        let group_alive = unsafe { libc::kill(-self.pid, 0) } == 0
-            || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
-        !group_alive && children(self.guard.as_ref().map(|g| g.pid)).is_empty()
+        !self.group.may_live(true) && children(self.guard.as_ref().map(|g| g.pid)).is_empty()
     }
 
     /// Dismisses the guard once the tree is gone.
@@ -217,6 +215,45 @@ impl Drop for Tree {
         if !self.released {
             self.signal_all(libc::SIGKILL);
         }
+    }
+}
+
+/// The child's process group. Its id cannot be handed to another group
+/// while the child (its leader) is unreaped or a member lives; once it is
+/// seen empty after the child was reaped, it may be, so it is never
+/// signalled again.
+struct Group {
+    id: i32,
+    emptied: bool,
+}
+
+impl Group {
+    fn new(id: i32) -> Self {
+        Self { id, emptied: false }
+    }
+
+    /// Sends `signal` to the group unless it was seen empty.
+    fn signal(&mut self, signal: i32, leader_reaped: bool) {
+        if self.may_live(leader_reaped) {
+            // SAFETY: kill(2) on a group whose id is still ours (above).
+            unsafe { libc::kill(-self.id, signal) };
+        }
+    }
+
+    /// Whether a member may still live; once the leader is reaped, an
+    /// empty group stays empty for good (as far as we are concerned).
+    fn may_live(&mut self, leader_reaped: bool) -> bool {
+        if self.emptied {
+            return false;
+        }
+        if !leader_reaped {
+            return true;
+        }
+        // SAFETY: kill(2) with signal 0 only checks for existence.
+        let alive = unsafe { libc::kill(-self.id, 0) } == 0
+            || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+        self.emptied = !alive;
+        alive
     }
 }
 
@@ -301,6 +338,47 @@ unsafe fn guard_main(read_end: i32, write_end: i32, pgid: i32) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Once the group was seen empty, its id may be handed to another
+    /// group (here on purpose, through `ns_last_pid`): that group must never
+    /// get the signals meant for the term's.
+    #[test]
+    fn an_emptied_group_is_not_signalled_again_when_its_id_is_reused() {
+        use std::process::Command;
+        let mut first = Command::new("true").process_group(0).spawn().unwrap();
+        let id = first.id() as i32;
+        first.wait().unwrap();
+        let mut group = Group::new(id);
+        assert!(!group.may_live(true), "the group emptied with its leader");
+        // The kernel hands out `ns_last_pid + 1` next, if nothing else in
+        // this namespace forks first (tests run in parallel): retry.
+        let mut bystander = None;
+        for _ in 0..100 {
+            if let Err(error) = std::fs::write("/proc/sys/kernel/ns_last_pid", (id - 1).to_string())
+            {
+                eprintln!("skipped: cannot choose the next pid ({error}); needs root");
+                return;
+            }
+            let mut child = Command::new("sleep")
+                .arg("30")
+                .process_group(0)
+                .spawn()
+                .unwrap();
+            if child.id() as i32 == id {
+                bystander = Some(child);
+                break;
+            }
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        let mut bystander = bystander.expect("the id was handed out again");
+        group.signal(libc::SIGKILL, true);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let survived = bystander.try_wait().unwrap().is_none();
+        bystander.kill().ok();
+        bystander.wait().unwrap();
+        assert!(survived, "the new group under the old id was killed");
+    }
 
     #[test]
     fn the_parent_is_read_after_the_command_name() {
