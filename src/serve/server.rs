@@ -23,6 +23,10 @@
 //!   probe, which sends its request at once and reads the answer, always gets
 //!   in. Only when every connection is serving a request whose answer flows
 //!   is the newcomer refused.
+//! - **Half-closed clients**: a client that shuts its sending side after
+//!   its request still gets the answer, or the event stream. Whether it
+//!   only half-closed or went away, only a write can tell: its requests
+//!   carry a [`ReadClosed`] that says it closed, for a stream to find out.
 //! - **Write timeout**: a connection whose socket accepts nothing for
 //!   [`Limits::write_timeout`] is closed, so a stalled `/events` subscriber
 //!   frees its slot.
@@ -110,6 +114,11 @@ const BODY_READ_TIMEOUT: Duration = Duration::from_secs(1);
 const LINGER: Duration = Duration::from_secs(1);
 const LINGER_BYTES: usize = 256 * 1024;
 
+/// In a request's extensions: cancelled once its client has closed its
+/// sending side (it may have gone, or may still read).
+#[derive(Clone)]
+pub struct ReadClosed(pub CancellationToken);
+
 /// Serves `router` on `listener` until `shutdown`, then lets open requests
 /// finish (event streams end on the same token).
 pub async fn serve(
@@ -120,6 +129,9 @@ pub async fn serve(
 ) -> io::Result<()> {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
+        // A client may shut its sending side once its request is written
+        // (`printf … | nc`): its answer (or stream) must still go out.
+        .half_close(true)
         .header_read_timeout(limits.header_read_timeout)
         .max_header_size(limits.max_header_bytes)
         .max_buf_size(limits.max_header_bytes.max(8192));
@@ -224,10 +236,13 @@ async fn connection(
             // takes one, and clients that trickle bodies must not hold the
             // places a probe needs. Busy (not evictable) from its turn to the
             // end of its answer, unless its write stalls.
-            let request = match without_body(request).await {
+            let mut request = match without_body(request).await {
                 Ok(request) => request,
                 Err(refusal) => return Ok(refusal),
             };
+            request
+                .extensions_mut()
+                .insert(ReadClosed(busy_slot.read_closed.clone()));
             let busy = Busy::new(busy_slot.clone());
             // A connection's first request is answered at once (a probe's
             // only one); every later one takes its turn in a fair queue,
@@ -250,8 +265,9 @@ async fn connection(
             Ok(response.map(|body| Body::new(Tracked { body, _busy: busy })))
         })
     });
+    let stream = Arc::new(stream);
     let io = TokioIo::new(WriteTimeout::new(
-        stream,
+        stream.clone(),
         limits.write_timeout,
         slot.clone(),
         table.epoch,
@@ -266,11 +282,14 @@ async fn connection(
                 Pin::new(&mut connection).graceful_shutdown();
                 stopping = true;
             }
+            () = client_closed(&stream), if !slot.read_closed.is_cancelled() => {
+                slot.read_closed.cancel();
+            }
         }
     };
+    drop(connection);
     if finished {
-        let stream = connection.into_parts().io.into_inner().stream;
-        linger(stream, &slot.evicted, &shutdown).await;
+        linger(&stream, &slot.evicted, &shutdown).await;
     }
     table.release(&slot);
 }
@@ -306,13 +325,38 @@ async fn without_body(request: Request<Incoming>) -> Result<Request<Body>, Respo
     Ok(Request::from_parts(parts, Body::empty()))
 }
 
+/// Resolves once the client has closed its sending side (its FIN arrived),
+/// whether or not hyper has read up to it: hyper does not read while it
+/// answers a request from a client that may have only half-closed. Input
+/// that waits unread is hyper's to read (and its readiness hyper's to
+/// clear), so then this only looks again a little later.
+async fn client_closed(stream: &TcpStream) {
+    const AGAIN: Duration = Duration::from_millis(100);
+    loop {
+        match stream.ready(tokio::io::Interest::READABLE).await {
+            Ok(ready) if ready.is_read_closed() => return,
+            Ok(_) => tokio::time::sleep(AGAIN).await,
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// Shuts the socket's sending side (a FIN after what was written).
+fn shutdown_write(stream: &TcpStream) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: shutdown(2) on a socket we own.
+    if unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_WR) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Closes the connection's sending side and drops what the client still
 /// sends (a body that was not read, pipelined requests) until it closes
 /// too, for at most [`LINGER`] and [`LINGER_BYTES`]: closing a socket with
 /// unread input sends a reset, which may destroy the answer in flight.
-async fn linger(mut stream: TcpStream, evicted: &CancellationToken, shutdown: &CancellationToken) {
-    let closed = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_shutdown(cx));
-    if closed.await.is_err() {
+async fn linger(stream: &TcpStream, evicted: &CancellationToken, shutdown: &CancellationToken) {
+    if shutdown_write(stream).is_err() {
         return;
     }
     let drain = async {
@@ -350,6 +394,8 @@ struct Slot {
     /// table's epoch, plus one); 0 while no write waits.
     stalled_since: AtomicU64,
     evicted: CancellationToken,
+    /// The client closed its sending side.
+    read_closed: CancellationToken,
 }
 
 struct Table {
@@ -466,9 +512,10 @@ impl hyper::body::Body for Tracked {
 // === the write timeout ===
 
 /// A socket whose writes fail once one has been pending for `limit`; while
-/// one is pending, its slot says since when (the eviction order).
+/// one is pending, its slot says since when (the eviction order). It shares
+/// the socket with the connection's [`client_closed`] watch.
 struct WriteTimeout {
-    stream: TcpStream,
+    stream: Arc<TcpStream>,
     limit: Duration,
     slot: Arc<Slot>,
     /// The table's, from which stalls are counted.
@@ -478,7 +525,7 @@ struct WriteTimeout {
 }
 
 impl WriteTimeout {
-    fn new(stream: TcpStream, limit: Duration, slot: Arc<Slot>, epoch: Instant) -> Self {
+    fn new(stream: Arc<TcpStream>, limit: Duration, slot: Arc<Slot>, epoch: Instant) -> Self {
         Self {
             stream,
             limit,
@@ -515,11 +562,21 @@ impl WriteTimeout {
 
 impl AsyncRead for WriteTimeout {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        loop {
+            ready!(self.stream.poll_read_ready(cx))?;
+            match self.stream.try_read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(error) => return Poll::Ready(Err(error)),
+            }
+        }
     }
 }
 
@@ -529,7 +586,7 @@ impl AsyncWrite for WriteTimeout {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let result = Pin::new(&mut self.stream).poll_write(cx, buf);
+        let result = poll_write_with(&self.stream, cx, |stream| stream.try_write(buf));
         self.poll_progress(cx, result)
     }
 
@@ -538,21 +595,35 @@ impl AsyncWrite for WriteTimeout {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let result = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        let result = poll_write_with(&self.stream, cx, |stream| stream.try_write_vectored(bufs));
         self.poll_progress(cx, result)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        true
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let result = Pin::new(&mut self.stream).poll_flush(cx);
-        self.poll_progress(cx, result)
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(())) // a socket buffers nothing of its own
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(shutdown_write(&self.stream))
+    }
+}
+
+/// One write through a shared socket, waiting for it to accept one.
+fn poll_write_with(
+    stream: &TcpStream,
+    cx: &mut Context<'_>,
+    mut write: impl FnMut(&TcpStream) -> io::Result<usize>,
+) -> Poll<io::Result<usize>> {
+    loop {
+        ready!(stream.poll_write_ready(cx))?;
+        match write(stream) {
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+            result => return Poll::Ready(result),
+        }
     }
 }
 

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
@@ -41,10 +41,15 @@ use crate::clock::{BootInstant, wall_micros};
 use crate::serve::metrics::Metrics;
 use crate::serve::published::LeaderState;
 use crate::serve::published::{AppState, json_str, write_leader_body, write_valid_until};
+use crate::serve::server::ReadClosed;
 use crate::serve::transitions::{Event, EventKind, Next, Start, Subscription, event_json};
 
 /// The handler of `GET /events`.
-pub async fn events(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub async fn events(
+    State(app): State<Arc<AppState>>,
+    read_closed: Option<Extension<ReadClosed>>,
+    headers: HeaderMap,
+) -> Response {
     let Ok(permit) = app.subscribers.clone().try_acquire_owned() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -65,6 +70,8 @@ pub async fn events(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Res
         ending: false,
         keep_alive: Box::pin(tokio::time::sleep(app.keep_alive)),
         last_frame: Instant::now(),
+        read_closed: read_closed.map(|Extension(ReadClosed(token))| token),
+        half_closed: false,
         _slot: Slot::new(permit, app.metrics.clone()),
         app,
         subscription,
@@ -110,12 +117,21 @@ struct EventStream {
     /// frame: a fan-out to thousands would move thousands of timers).
     keep_alive: Pin<Box<Sleep>>,
     last_frame: Instant,
+    /// Cancelled when the client closes its sending side; from then on,
+    /// keep-alives come every [`HALF_CLOSED_KEEP_ALIVE`] at most.
+    read_closed: Option<tokio_util::sync::CancellationToken>,
+    half_closed: bool,
     app: Arc<AppState>,
     ending: bool,
     _slot: Slot,
 }
 
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+/// A client that closed its sending side may only have half-closed (it
+/// still reads) or may have gone: only a write tells, so one goes out at
+/// once and then at least this often, and a client that has gone frees its
+/// place within about this long.
+const HALF_CLOSED_KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 impl EventStream {
     fn into_stream(self) -> impl Stream<Item = Bytes> {
@@ -141,12 +157,19 @@ impl EventStream {
                         }
                         this.ending = true;
                     }
+                    () = closed(&this.read_closed), if !this.half_closed => {
+                        this.half_closed = true;
+                        this.queue.push_back(Bytes::from_static(KEEP_ALIVE));
+                        let next = later(Instant::now(), this.keep_alive_interval());
+                        this.keep_alive.as_mut().reset(next);
+                    }
                     () = this.keep_alive.as_mut() => {
                         let now = Instant::now();
-                        let due = later(this.last_frame, this.app.keep_alive);
+                        let due = later(this.last_frame, this.keep_alive_interval());
                         if due <= now {
                             this.queue.push_back(Bytes::from_static(KEEP_ALIVE));
-                            this.keep_alive.as_mut().reset(later(now, this.app.keep_alive));
+                            let next = later(now, this.keep_alive_interval());
+                            this.keep_alive.as_mut().reset(next);
                         } else {
                             this.keep_alive.as_mut().reset(due);
                         }
@@ -154,6 +177,14 @@ impl EventStream {
                 }
             }
         })
+    }
+
+    fn keep_alive_interval(&self) -> Duration {
+        if self.half_closed {
+            self.app.keep_alive.min(HALF_CLOSED_KEEP_ALIVE)
+        } else {
+            self.app.keep_alive
+        }
     }
 
     fn push(&mut self, next: Next) {
@@ -273,6 +304,14 @@ impl EventStream {
             .filter(|_| leading)
             .map(|term| (term, state.valid_until));
         self.queue.push_back(out.into());
+    }
+}
+
+/// Resolves once `token` is cancelled; never without one.
+async fn closed(token: &Option<tokio_util::sync::CancellationToken>) {
+    match token {
+        Some(token) => token.cancelled().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -16,6 +16,7 @@ mod event_stream;
 mod exec_tree;
 mod file_gate;
 mod gates;
+mod half_close;
 mod http_abuse;
 mod lease_protection;
 mod logging;
