@@ -13,6 +13,7 @@ use crate::client::url::{DEFAULT_URL, GateUrl};
 use crate::elector::driver::ShutdownOptions;
 use crate::elector::lease::MAX_IDENTITY_LEN;
 use crate::serve::collector_health;
+use crate::serve::routing;
 
 /// leader-gate: contends for a Kubernetes Lease and tells the collector next
 /// to it, over HTTP, whether it may do cluster-wide work right now.
@@ -199,6 +200,25 @@ pub struct ServeArgs {
     #[arg(long, env = "LEADER_GATE_RECORD_EVENTS")]
     pub record_events: bool,
 
+    /// Route a Service without a selector to the leader: keep its
+    /// EndpointSlice `<SERVICE>-leader` (in the Lease's namespace, shipped
+    /// with the manifests) listing only this pod while it leads. Needs
+    /// `get` and `update` on that one EndpointSlice, and --pod-ip.
+    #[arg(long, env = "LEADER_GATE_ROUTE_SERVICE", value_name = "SERVICE")]
+    pub route_service: Option<String>,
+
+    /// This pod's IP, for --route-service (from the downward API: status.podIP).
+    #[arg(long, env = "LEADER_GATE_POD_IP")]
+    pub pod_ip: Option<String>,
+
+    /// This pod's name, for --route-service [default: the identity].
+    #[arg(long, env = "LEADER_GATE_POD_NAME")]
+    pub pod_name: Option<String>,
+
+    /// This pod's node, for --route-service (from the downward API: spec.nodeName).
+    #[arg(long, env = "LEADER_GATE_NODE_NAME")]
+    pub node_name: Option<String>,
+
     /// Followers claim an empty successor slot at a random instant between
     /// --retry-period and this long after they see it empty; longer means
     /// fewer colliding claims (about candidates x 10 ms / window).
@@ -284,6 +304,8 @@ pub struct ServeConfig {
     pub record_events: bool,
     /// `--successor-claim-window`.
     pub successor_claim_window: Duration,
+    /// Leader routing through an EndpointSlice (`--route-service`).
+    pub route: Option<routing::Options>,
 }
 
 // === impl ServeArgs ===
@@ -315,6 +337,10 @@ impl ServeArgs {
             collector_health_failures,
             record_events,
             successor_claim_window,
+            route_service,
+            pod_ip,
+            pod_name,
+            node_name,
         } = self;
 
         if !is_dns1123_subdomain(&lease_name) {
@@ -457,6 +483,9 @@ impl ServeArgs {
                 })
             })
             .transpose()?;
+        let route = route_service
+            .map(|service| route_options(service, pod_ip, pod_name, node_name, &identity))
+            .transpose()?;
         Ok(ServeConfig {
             lease_name,
             lease_namespace,
@@ -477,6 +506,7 @@ impl ServeArgs {
             collector_health,
             record_events,
             successor_claim_window,
+            route,
         })
     }
 }
@@ -520,6 +550,59 @@ fn validate_namespace(namespace: &str) -> Result<(), ConfigError> {
             ),
         ))
     }
+}
+
+/// `--route-service` and the pod it names, checked as the API server would
+/// check the slice (an IP, not loopback) so a mistake shows at start.
+fn route_options(
+    service: String,
+    pod_ip: Option<String>,
+    pod_name: Option<String>,
+    node_name: Option<String>,
+    identity: &str,
+) -> Result<routing::Options, ConfigError> {
+    let is_dns1035_label =
+        |s: &str| is_dns1123_label(s) && s.starts_with(|c: char| c.is_ascii_lowercase());
+    if !is_dns1035_label(&service) {
+        return Err(invalid(
+            "--route-service",
+            format!(
+                "{service:?} must be a Service name (lowercase letters, digits and '-', starting with a letter, at most 63 characters)"
+            ),
+        ));
+    }
+    let pod_ip = pod_ip.filter(|ip| !ip.is_empty()).ok_or_else(|| {
+        invalid(
+            "--pod-ip",
+            "is required with --route-service: set LEADER_GATE_POD_IP from the downward API (fieldRef status.podIP)",
+        )
+    })?;
+    let pod_ip: std::net::IpAddr = pod_ip
+        .parse()
+        .map_err(|_| invalid("--pod-ip", format!("{pod_ip:?} is not an IP address")))?;
+    if pod_ip.is_loopback() || pod_ip.is_unspecified() {
+        return Err(invalid(
+            "--pod-ip",
+            format!(
+                "{pod_ip} cannot be routed to: the API server refuses loopback endpoints, use the pod's IP"
+            ),
+        ));
+    }
+    let pod_name = pod_name
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| identity.to_owned());
+    if !is_dns1123_subdomain(&pod_name) {
+        return Err(invalid(
+            "--pod-name",
+            format!("{pod_name:?} must be a pod name (a DNS-1123 subdomain)"),
+        ));
+    }
+    Ok(routing::Options {
+        service,
+        pod_ip,
+        pod_name,
+        node_name: node_name.filter(|n| !n.is_empty()),
+    })
 }
 
 fn is_dns1123_label(s: &str) -> bool {
@@ -845,6 +928,22 @@ mod tests {
             (
                 &["--events-keep-alive", "60s"],
                 "invalid --events-keep-alive: must be more than 0 and at most 15s",
+            ),
+            (
+                &["--route-service", "statsd"],
+                "invalid --pod-ip: is required with --route-service",
+            ),
+            (
+                &["--route-service", "statsd", "--pod-ip", "127.0.0.1"],
+                "invalid --pod-ip: 127.0.0.1 cannot be routed to",
+            ),
+            (
+                &["--route-service", "statsd", "--pod-ip", "10.1.2"],
+                "invalid --pod-ip: \"10.1.2\" is not an IP address",
+            ),
+            (
+                &["--route-service", "9statsd", "--pod-ip", "10.1.2.3"],
+                "invalid --route-service: \"9statsd\" must be a Service name",
             ),
         ];
         for (extra, expected) in cases {

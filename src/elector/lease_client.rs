@@ -252,6 +252,14 @@ impl KubeLeaseStore {
     }
 }
 
+impl KubeLeaseStore {
+    /// The Lease's client, for other requests of this instance (credentials
+    /// reloaded with it after a 401).
+    pub fn client(&self) -> kube::Client {
+        self.api().into()
+    }
+}
+
 /// The kube configuration as kube-rs infers it: `KUBECONFIG` or
 /// `~/.kube/config`, else the in-cluster service account.
 pub async fn infer_config() -> Result<kube::Config, kube::config::InferConfigError> {

@@ -8,6 +8,8 @@
 //! - [`transitions`]: the log of leadership transitions (ids, history, fan-out).
 //! - [`sse_route`]: `GET /events`, the transition log as server-sent events.
 //! - [`kube_events`]: Kubernetes Events about the Lease (`--record-events`).
+//! - [`routing`]: the EndpointSlice that routes a Service to the leader
+//!   (`--route-service`).
 //! - [`metrics`]: Prometheus metrics for `/metrics`; [`exposition`]:
 //!   OpenMetrics or classic text, by the scraper's `Accept`.
 //! - [`routes`]: the routers; [`server`]: the HTTP server and its limits
@@ -20,6 +22,7 @@ pub mod kube_events;
 pub mod metrics;
 pub mod published;
 pub mod routes;
+pub mod routing;
 pub mod server;
 pub mod sidecar;
 pub mod sse_route;

@@ -23,5 +23,6 @@ mod logging;
 mod prometheus;
 mod prometheus_gates;
 mod rbac_and_events;
+mod routing;
 mod safe_defaults;
 mod successor;

@@ -70,6 +70,7 @@
 #![allow(dead_code)]
 
 mod core_events;
+mod endpoint_slices;
 mod handler;
 mod http;
 mod rbac;
@@ -92,6 +93,7 @@ use tokio::sync::{oneshot, watch as tokio_watch};
 use tokio::task::JoinHandle;
 
 use core_events::Events;
+use endpoint_slices::EndpointSlices;
 use store::Store;
 
 /// The resources the server serves.
@@ -101,6 +103,8 @@ pub enum Resource {
     Leases,
     /// core/v1 Events: `/api/v1/namespaces/{ns}/events` (only `create` is served).
     Events,
+    /// discovery.k8s.io/v1 EndpointSlices: get, update, create, delete, list by name.
+    EndpointSlices,
 }
 
 impl Resource {
@@ -109,6 +113,7 @@ impl Resource {
         match self {
             Resource::Leases => "coordination.k8s.io",
             Resource::Events => "",
+            Resource::EndpointSlices => endpoint_slices::GROUP,
         }
     }
 
@@ -117,6 +122,7 @@ impl Resource {
         match self {
             Resource::Leases => "leases",
             Resource::Events => "events",
+            Resource::EndpointSlices => endpoint_slices::RESOURCE,
         }
     }
 }
@@ -287,6 +293,7 @@ struct State {
     role: Role,
     /// core/v1 Events created through the API.
     events: Events,
+    endpoint_slices: EndpointSlices,
     faults: HashMap<String, Vec<Fault>>,
     watch_lag: HashMap<String, Duration>,
     bookmark_interval: Duration,
@@ -471,6 +478,7 @@ impl FakeApiServer {
                 clients: HashMap::new(),
                 role: Role::from_repository_manifest(lease_name),
                 events: Events::default(),
+                endpoint_slices: EndpointSlices::default(),
                 faults: HashMap::new(),
                 watch_lag: HashMap::new(),
                 bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
@@ -782,6 +790,36 @@ impl FakeApiServer {
     /// creation order, as stored (with uid, resourceVersion, creationTimestamp).
     pub fn events(&self) -> Vec<Value> {
         self.inner().lock().events.all()
+    }
+
+    // ----- EndpointSlices -----
+
+    /// Creates an EndpointSlice in the server's namespace as an admin would (`kubectl
+    /// apply` of a shipped manifest); panics if it is invalid or exists.
+    pub fn create_endpoint_slice(&self, obj: Value) -> Value {
+        let inner = self.inner();
+        let mut st = inner.lock();
+        let State {
+            store,
+            endpoint_slices,
+            ..
+        } = &mut *st;
+        endpoint_slices
+            .create(store, &inner.namespace, obj)
+            .unwrap_or_else(|e| panic!("create_endpoint_slice: {}", e.body))
+    }
+
+    /// The EndpointSlice `name` of the server's namespace, as stored.
+    pub fn endpoint_slice(&self, name: &str) -> Option<Value> {
+        let inner = self.inner();
+        let st = inner.lock();
+        st.endpoint_slices.get(&inner.namespace, name).ok()
+    }
+
+    /// Every version of every EndpointSlice stored so far, oldest first, with when it
+    /// was stored.
+    pub fn endpoint_slice_history(&self) -> Vec<(Instant, Value)> {
+        self.inner().lock().endpoint_slices.history()
     }
 
     // ----- faults -----
