@@ -9,7 +9,7 @@
 //!     cargo bench --bench failover -- --peer bench-peer/target/release/klm-gate
 //!
 //! Scenarios (names for `--only`, matched as substrings): `acquire`,
-//! `graceful`, `crash`, `edit`, `forbidden`, `hang`, `startup`, `load10`,
+//! `graceful`, `routing`, `crash`, `edit`, `forbidden`, `hang`, `startup`, `load10`,
 //! `load100`, `wrk`, `fanout`, `swarm10`, `swarm1000` (these two matched
 //! whole; `swarm` names both). Three more run only when named in `--only`:
 //! `load1000` (1,000 processes, about 8 GiB resident in all) and `day` (a
@@ -47,6 +47,7 @@ mod latency;
 mod load;
 mod peer;
 mod program;
+mod routing;
 mod swarm;
 mod table;
 mod wrk;
@@ -154,6 +155,28 @@ fn main() {
                 |p| p <= 50.0,
             );
             lg.graceful = v;
+        }
+        if opts.wants("routing") {
+            note("routing");
+            let v = routing::run(rounds).await;
+            table.durations(
+                "routing: new leader's acquisition arrives → the EndpointSlice names it (SIGTERM hand-over, defaults, gate lag 1s)",
+                "≤ 100",
+                &v.iter().map(|r| r.named_after_acquisition).collect::<Vec<_>>(),
+                |p| p <= 100.0,
+            );
+            table.durations(
+                "routing: the stepping-down leader leaves the slice → its release arrives (ahead by)",
+                "> 0",
+                &v.iter().map(|r| r.left_before_release).collect::<Vec<_>>(),
+                |_| true,
+            );
+            table.durations(
+                "routing: the slice names nobody (old leader left → new one named)",
+                "",
+                &v.iter().map(|r| r.empty).collect::<Vec<_>>(),
+                |_| true,
+            );
         }
         if opts.wants("crash") {
             note("crash");
