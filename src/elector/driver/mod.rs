@@ -177,10 +177,13 @@ impl Driver {
         let mut restarting = false;
         loop {
             heartbeat.beat();
-            if self.publisher.take_recovered() && restarting {
-                // The first answer after an outage: watch again now rather
-                // than at the end of a wait of up to a lease duration.
-                watch = self.store.watch();
+            if let Some(floor) = self.publisher.recovered()
+                && restarting
+            {
+                // The first answer after an outage: watch again now (or
+                // once a Retry-After passed) rather than at the end of a
+                // wait of up to a lease duration.
+                watch = self.restart_watch(floor);
                 restarting = false;
             }
             // Fallback reads pause while the API server fails: the watch's

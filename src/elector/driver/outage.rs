@@ -6,9 +6,10 @@
 //! answer in time, no connection — and ends with the first answer of any
 //! other kind (a success, a 409, a 403: the server is up again). While it
 //! lasts, the watch is restarted after a wait drawn with full jitter,
-//! doubling from a quarter of the retry period up to one lease duration,
-//! never sooner than a `Retry-After`; fallback reads pause. A
-//! recovered server is watched again at once. The machine's own writes
+//! doubling from a quarter of the retry period up to one lease duration;
+//! fallback reads pause. A recovered server is watched again at once. A
+//! `Retry-After` holds either way until it has passed: a server that
+//! throttles lists may well answer reads. The machine's own writes
 //! keep their own rules: a leader renews every retry period until its
 //! renew deadline, so it never steps down later than it would otherwise.
 
@@ -30,7 +31,7 @@ pub(super) struct Outage {
     failures: u32,
     /// When the first of them was answered.
     since: Option<Instant>,
-    /// Not before this instant: the last `Retry-After`.
+    /// Not before this instant: the last `Retry-After`, kept until it passed.
     floor: Option<Instant>,
     /// An outage ended since [`Outage::take_recovered`] was last asked.
     recovered: bool,
@@ -77,7 +78,6 @@ impl Outage {
             }
             _ => {
                 self.failures = 0;
-                self.floor = None;
                 match self.since.take() {
                     Some(since) => {
                         self.recovered = true;
@@ -98,10 +98,13 @@ impl Outage {
     /// but never before what a `Retry-After` asked for.
     pub(super) fn wait(&self, now: Instant, random: f64) -> Duration {
         let drawn = self.backoff.full_jitter(self.failures, random);
-        let floor = self
-            .floor
-            .map_or(Duration::ZERO, |f| f.saturating_duration_since(now));
-        drawn.max(floor)
+        drawn.max(self.floor(now))
+    }
+
+    /// What is left of the last `Retry-After` at `now`.
+    pub(super) fn floor(&self, now: Instant) -> Duration {
+        self.floor
+            .map_or(Duration::ZERO, |f| f.saturating_duration_since(now))
     }
 
     /// Whether an outage ended since the last call.
@@ -115,6 +118,11 @@ impl Outage {
 pub(super) struct Tally {
     outlet: Box<dyn Outlet>,
     outage: Mutex<Outage>,
+    /// Said when the last outage ended, and whether its start was said:
+    /// a server that fails only some requests (lists throttled, reads
+    /// answered) starts and ends outages every retry period, which the
+    /// log tells once a lease duration.
+    said: Mutex<(Option<Instant>, bool)>,
 }
 
 impl Tally {
@@ -122,6 +130,7 @@ impl Tally {
         Self {
             outlet: Box::new(outlet),
             outage: Mutex::new(outage),
+            said: Mutex::new((None, false)),
         }
     }
 
@@ -142,21 +151,46 @@ impl Tally {
         self.outage().wait(Instant::now(), fastrand::f64())
     }
 
-    pub(super) fn take_recovered(&self) -> bool {
-        self.outage().take_recovered()
+    /// The wait before watching again once the server answers: what is
+    /// left of a `Retry-After`, if the server recovered; `None` otherwise.
+    pub(super) fn recovered(&self) -> Option<Duration> {
+        let mut outage = self.outage();
+        outage
+            .take_recovered()
+            .then(|| outage.floor(Instant::now()))
     }
 
     fn note(&self, result: Result<(), &ApiError>) {
-        let change = self.outage().note(result, Instant::now());
+        let now = Instant::now();
+        let (change, quiet_for) = {
+            let mut outage = self.outage();
+            (outage.note(result, now), outage.backoff.max)
+        };
+        let mut said = self.said.lock().unwrap_or_else(|e| e.into_inner());
         match (change, result) {
-            (Change::Started, Err(error)) => tracing::warn!(
-                %error,
-                "the API server is failing: until it answers again, this candidate waits longer between requests (up to a lease duration); a leader keeps renewing until its renew deadline"
-            ),
-            (Change::Ended(after), _) => tracing::info!(
-                ?after,
-                "the API server answers again; watching the lease again"
-            ),
+            (Change::Started, Err(error)) => {
+                let recent = said.0.is_some_and(|ended| now < ended + quiet_for);
+                said.1 = !recent;
+                if recent {
+                    tracing::debug!(%error, "the API server is failing again");
+                } else {
+                    tracing::warn!(
+                        %error,
+                        "the API server is failing: until it answers again, this candidate waits longer between requests (up to a lease duration); a leader keeps renewing until its renew deadline"
+                    );
+                }
+            }
+            (Change::Ended(after), _) => {
+                said.0 = Some(now);
+                if std::mem::take(&mut said.1) {
+                    tracing::info!(
+                        ?after,
+                        "the API server answers again; watching the lease again"
+                    );
+                } else {
+                    tracing::debug!(?after, "the API server answers again");
+                }
+            }
             _ => {}
         }
     }
@@ -237,7 +271,14 @@ mod tests {
         assert!(!outage.is_on());
         assert!(outage.take_recovered());
         assert!(!outage.take_recovered(), "said once");
-        assert_eq!(outage.wait(now, 1.0), Duration::from_millis(500));
+        let later = now + Duration::from_secs(4);
+        assert_eq!(outage.wait(later, 1.0), Duration::from_millis(500));
+        // The Retry-After still holds until it passed.
+        assert_eq!(
+            outage.floor(now + Duration::from_secs(1)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(outage.floor(now + Duration::from_secs(4)), Duration::ZERO);
     }
 
     #[test]
