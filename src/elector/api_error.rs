@@ -263,6 +263,25 @@ mod tests {
         );
     }
 
+    /// "ServiceError: client error (Connect)" alone does not say the
+    /// connection was refused.
+    #[tokio::test]
+    async fn a_refused_connection_says_so_first() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let config = kube::Config::new(format!("http://{closed}").parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let error = ApiError::from_kube(client.apiserver_version().await.unwrap_err());
+        assert_eq!(error.kind(), "transport");
+        assert!(error.is_outage());
+        let text = error.to_string();
+        assert!(
+            text.starts_with("transport error: connection refused ("),
+            "{text}"
+        );
+    }
+
     #[test]
     fn statuses_are_classified() {
         let status = |code: u16| Status {

@@ -503,7 +503,6 @@ impl Driver {
     /// shutdown timeout allows: else the group would wait a whole expiry
     /// for its next leader. `expires`: when peers see our record expire.
     async fn release_until(&mut self, deadline: Instant, expires: Option<Instant>) {
-        let retry = self.election.settings().retry_period;
         // A request's own timeout, so a hung one leaves time for another.
         let request_timeout = self.election.settings().renew_deadline / 2;
         let mut failures = 0;
@@ -528,31 +527,27 @@ impl Driver {
                 return;
             }
             failures += 1;
-            // Another write landed first — a follower's claim of the
-            // successor slot, a hand-over request, an annotation edit —
-            // read it and release again at once; otherwise wait as asked,
-            // or a short backoff.
-            let wait = match &error {
-                ApiError::Conflict(_) => Duration::ZERO,
-                _ => error
-                    .retry_after()
-                    .unwrap_or_else(|| RELEASE_RETRY.delay(failures, fastrand::f64())),
-            };
-            let cause = match &error {
-                ApiError::TooManyRequests { .. } => "throttled (429)".to_owned(),
-                other => other.to_string(),
-            };
+            let wait = release_retry_wait(&error, failures);
             if Instant::now() + wait >= deadline {
                 tracing::warn!(
-                    "could not release the lease on shutdown: {cause}, and the shutdown timeout leaves no time to try again; {}",
+                    "could not release the lease on shutdown: {}, and the shutdown timeout leaves no time to try again; {}",
+                    release_failure(&error),
                     left_to_expire(expires)
                 );
                 return;
             }
-            tracing::warn!(
-                "could not release the lease on shutdown: {cause}, retrying after {:.1}s from a fresh read",
-                wait.as_secs_f64()
-            );
+            if wait.is_zero() {
+                tracing::info!(
+                    "could not release the lease on shutdown: {}; retrying at once from a fresh read",
+                    release_failure(&error)
+                );
+            } else {
+                tracing::warn!(
+                    "could not release the lease on shutdown: {}, retrying after {:.1}s from a fresh read",
+                    release_failure(&error),
+                    wait.as_secs_f64()
+                );
+            }
             sleep_until(Instant::now() + wait).await;
             // The watch is no longer read here: read the record.
             let left = deadline.saturating_duration_since(Instant::now());
@@ -563,15 +558,40 @@ impl Driver {
                 }
                 Err(error) => {
                     self.publisher.api_request("get", Err(&error));
-                    // Without a fresh read the record may have moved on: a
-                    // release built on the old one would only conflict.
-                    if Instant::now() + retry.min(left) >= deadline {
+                    // Released on the record as last seen instead: the
+                    // compare-and-swap refuses it if that moved on.
+                    failures += 1;
+                    let wait = release_retry_wait(&error, failures);
+                    if Instant::now() + wait >= deadline {
                         tracing::warn!(%error, "could not read the lease again on shutdown; {}", left_to_expire(expires));
                         return;
                     }
+                    sleep_until(Instant::now() + wait).await;
                 }
             }
         }
+    }
+}
+
+/// Before the next attempt to release on shutdown, after `failures` in a
+/// row: at once after a first 409 (another write landed first — a
+/// follower's claim of the successor slot, a hand-over request, an
+/// annotation edit), else the `Retry-After`, else a short backoff.
+fn release_retry_wait(error: &ApiError, failures: u32) -> Duration {
+    match error {
+        ApiError::Conflict(_) if failures == 1 => Duration::ZERO,
+        _ => error
+            .retry_after()
+            .unwrap_or_else(|| RELEASE_RETRY.delay(failures, fastrand::f64())),
+    }
+}
+
+/// A failed release in the words of the log.
+fn release_failure(error: &ApiError) -> String {
+    match error {
+        ApiError::TooManyRequests { .. } => "throttled (429)".to_owned(),
+        ApiError::Conflict(_) => "another write landed first (409)".to_owned(),
+        other => other.to_string(),
     }
 }
 
