@@ -47,9 +47,13 @@ struct Client {
     write_errors: Arc<Mutex<Vec<ApiError>>>,
     /// Every new watch (and GET) fails with this, as a failing server's would.
     failing: Arc<Mutex<Option<ApiError>>>,
-    /// When each watch and each GET was started.
+    /// Writes are answered although `failing` is set (a server that
+    /// recovers for writes first).
+    writes_answered: Arc<AtomicBool>,
+    /// When each watch, each GET and each write was started.
     watch_starts: Arc<Mutex<Vec<Instant>>>,
     gets: Arc<Mutex<Vec<Instant>>>,
+    write_attempts: Arc<Mutex<Vec<Instant>>>,
 }
 
 impl Memory {
@@ -74,8 +78,10 @@ impl Memory {
             edited_first: Arc::default(),
             write_errors: Arc::default(),
             failing: Arc::default(),
+            writes_answered: Arc::default(),
             watch_starts: Arc::default(),
             gets: Arc::default(),
+            write_attempts: Arc::default(),
         }
     }
 
@@ -167,11 +173,15 @@ impl Client {
             if this.edited_first.swap(false, Ordering::SeqCst) {
                 this.memory.annotate();
             }
+            this.write_attempts.lock().unwrap().push(Instant::now());
             let injected = {
                 let mut errors = this.write_errors.lock().unwrap();
                 (!errors.is_empty()).then(|| errors.remove(0))
             };
-            if let Some(error) = injected.or_else(|| this.failing.lock().unwrap().clone()) {
+            let failing = (!this.writes_answered.load(Ordering::SeqCst))
+                .then(|| this.failing.lock().unwrap().clone())
+                .flatten();
+            if let Some(error) = injected.or(failing) {
                 return Err(error);
             }
             this.memory.write(&this.name, object, create)
@@ -825,4 +835,48 @@ async fn a_relist_throttled_with_retry_after_waits_at_least_that_long() {
             pair[1] - pair[0]
         );
     }
+}
+
+/// The first request the server answers after an outage returns to the
+/// watch at once, not at the end of a wait of up to a lease duration.
+#[tokio::test(start_paused = true)]
+async fn the_first_answer_after_an_outage_restarts_the_watch_at_once() {
+    let memory = Memory::new();
+    let _leader = Candidate::start(memory.client("a"));
+    sleep(Duration::from_secs(3)).await;
+    let b = memory.client("b");
+    let (failing, answered, watch_starts, writes, cut) = (
+        b.failing.clone(),
+        b.writes_answered.clone(),
+        b.watch_starts.clone(),
+        b.write_attempts.clone(),
+        b.cut.clone(),
+    );
+    let _follower = Candidate::start(b);
+    sleep(Duration::from_secs(3)).await;
+    *failing.lock().unwrap() = Some(unavailable());
+    cut.send_modify(|n| *n += 1);
+    // Long enough for the watch's waits to reach their ceiling and for b's
+    // view to expire, so it tries to acquire.
+    sleep(Duration::from_secs(60)).await;
+    // Writes are answered again (409: a renewed meanwhile); the watch
+    // still fails, so only a write can end the outage.
+    answered.store(true, Ordering::SeqCst);
+    let healed = Instant::now();
+    sleep(Duration::from_secs(20)).await;
+    let first_write = *writes
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|&&at| at >= healed)
+        .expect("b tries to acquire within a lease duration");
+    let restarted = watch_starts
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|&at| at >= first_write && at - first_write <= Duration::from_millis(10));
+    assert!(
+        restarted,
+        "no watch right after the answer at {first_write:?}"
+    );
 }
