@@ -522,6 +522,10 @@ impl Driver {
             };
             self.step(input).await;
             let Some(error) = error else { return };
+            if matches!(error, ApiError::NotFound) {
+                tracing::info!("the lease was deleted before it could be released");
+                return;
+            }
             if !matches!(error, ApiError::Conflict(_)) && !error.is_outage() {
                 tracing::warn!(%error, "could not release the lease on shutdown; {}", left_to_expire(expires));
                 return;
