@@ -14,7 +14,9 @@
 //! whole; `swarm` names both). Three more run only when named in `--only`:
 //! `load1000` (1,000 processes, about 8 GiB resident in all) and `day` (a
 //! day of renewals, 43,200 at retry 100 ms, about 73 min; 3,000 with
-//! `--quick`, or `RENEWALS=n`), and `swarm5000`. `LEADER_GATE_BIN=/path` runs another build
+//! `--quick`, or `RENEWALS=n`), `swarm5000`, and `outage` (a follower's
+//! requests per minute during a one-minute outage, 503 and refused: two
+//! minutes a round; 1 round with `--quick`). `LEADER_GATE_BIN=/path` runs another build
 //! of the binary (e.g. the previous commit's) under the same bench.
 //!
 //! The peer: `acquire`, `graceful`, `crash`, `startup`, `load10`, `load100`,
@@ -45,6 +47,7 @@ mod fanout;
 mod group;
 mod latency;
 mod load;
+mod outage;
 mod peer;
 mod program;
 mod routing;
@@ -291,6 +294,14 @@ fn main() {
             }
         }
         swarm::print(&swarms, &mut table);
+        // Two minutes a round: asked for by name only.
+        let outage_run = if opts.named("outage") {
+            note("outage");
+            let outage_rounds = if opts.quick && std::env::var("ROUNDS").is_err() && !std::env::args().any(|a| a == "--rounds") { 1 } else { rounds };
+            Some(outage::run(outage_rounds).await)
+        } else {
+            None
+        };
         let wrk = if opts.wants("wrk") {
             note("wrk");
             wrk_leader(&Program::LeaderGate, if opts.quick { 3 } else { 10 }).await
@@ -323,6 +334,9 @@ fn main() {
         table.print();
         swarm::print_writes(&swarms);
         fanout::print(&fanouts);
+        if let Some(outage_run) = &outage_run {
+            outage::print(outage_run);
+        }
         if !loads.is_empty() {
             println!();
             println!(

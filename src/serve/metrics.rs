@@ -75,7 +75,7 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "api_requests",
-            "Lease API requests by verb and outcome (ok, conflict, forbidden, unauthorized, not_found, gone, throttled, invalid, timeout, error)",
+            "Lease API requests by verb and outcome (ok, conflict, forbidden, unauthorized, not_found, gone, throttled, invalid, timeout, transport, error)",
             requests.clone(),
         );
         let renew_latency =

@@ -85,6 +85,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
         retry_period: config.retry_period,
     };
     tracing::info!(
+        version = %env!("CARGO_PKG_VERSION"), api_server = %store.server(),
         identity = %settings.identity, namespace = %namespace, lease = %settings.lease_name,
         lease_duration = ?settings.lease_duration, renew_deadline = ?settings.renew_deadline,
         retry_period = ?settings.retry_period, listen = %config.listen,

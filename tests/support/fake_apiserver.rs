@@ -8,7 +8,8 @@
 //! 410 `Expired`, streaming lists, RBAC 403s of a least-privilege Role and 401s for bad
 //! tokens. It also takes core/v1 Events (`POST /api/v1/namespaces/{ns}/events`, see
 //! [`FakeApiServer::events`]). On top of that, tests can inject faults per client (see
-//! [`Fault`]).
+//! [`Fault`]), or take the whole endpoint away: refusing connections
+//! ([`FakeApiServer::shutdown`]) or black-holed ([`FakeApiServer::black_hole`]).
 //!
 //! The server runs on its own thread with its own tokio runtime, so it keeps serving
 //! whatever the test's runtime does (current-thread, blocked on a child process, ...).
@@ -305,6 +306,8 @@ struct State {
 struct Listening {
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
+    /// Connections are accepted and never answered ([`FakeApiServer::black_hole`]).
+    black_hole: bool,
 }
 
 /// The shared server state; tasks on the server's runtime hold an `Arc` of it.
@@ -536,16 +539,72 @@ impl FakeApiServer {
         }
     }
 
+    /// The API server's address becomes a black hole, as behind a dead load balancer or a
+    /// dropped route: every open connection is dropped, new ones are accepted and never
+    /// answered (clients see their own timeouts), for every client. [`restart`](Self::restart)
+    /// serves again; [`shutdown`](Self::shutdown) makes the port refuse connections instead.
+    pub async fn black_hole(&self) {
+        self.shutdown().await;
+        let inner = self.inner().clone();
+        let mut listening = inner.listening.lock().await;
+        let listener = self.bind(&inner).await;
+        let (stop, mut stop_rx) = oneshot::channel::<()>();
+        let task = inner.rt.spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                tokio::select! {
+                    _ = &mut stop_rx => break,
+                    accepted = listener.accept() => {
+                        if let Ok((stream, _)) = accepted {
+                            held.push(stream);
+                        }
+                    }
+                }
+            }
+        });
+        *listening = Some(Listening {
+            stop,
+            task,
+            black_hole: true,
+        });
+    }
+
     /// (Re)starts listening on [`addr`](Self::addr) with the same store, clients and faults:
-    /// the API server comes back after [`shutdown`](Self::shutdown), or comes up for the
-    /// first time for a server made by [`new_offline`](Self::new_offline). No-op if already
-    /// listening. Panics if the address cannot be bound.
+    /// the API server comes back after [`shutdown`](Self::shutdown) or
+    /// [`black_hole`](Self::black_hole), or comes up for the first time for a server made by
+    /// [`new_offline`](Self::new_offline). No-op if already serving. Panics if the address
+    /// cannot be bound.
     pub async fn restart(&self) {
+        if self
+            .inner()
+            .listening
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(|l| l.black_hole)
+        {
+            self.shutdown().await;
+        }
         let inner = self.inner().clone();
         let mut listening = inner.listening.lock().await;
         if listening.is_some() {
             return;
         }
+        let listener = self.bind(&inner).await;
+        let (stop, stop_rx) = oneshot::channel();
+        let task = inner
+            .rt
+            .spawn(handler::accept_loop(inner.clone(), listener, stop_rx));
+        *listening = Some(Listening {
+            stop,
+            task,
+            black_hole: false,
+        });
+    }
+
+    /// Binds [`addr`](Self::addr) on the server's runtime (the first time: a port the
+    /// kernel picks, remembered).
+    async fn bind(&self, inner: &Arc<Inner>) -> TcpListener {
         let addr = self.addr();
         let bind = inner.rt.spawn(async move {
             let socket = if addr.is_ipv4() {
@@ -563,11 +622,7 @@ impl FakeApiServer {
             .unwrap_or_else(|e| panic!("fake apiserver cannot listen on {addr}: {e}"));
         let local = listener.local_addr().expect("local_addr");
         *inner.addr.lock().unwrap_or_else(|e| e.into_inner()) = local;
-        let (stop, stop_rx) = oneshot::channel();
-        let task = inner
-            .rt
-            .spawn(handler::accept_loop(inner.clone(), listener, stop_rx));
-        *listening = Some(Listening { stop, task });
+        listener
     }
 
     // ----- clients and tokens -----
@@ -941,6 +996,18 @@ impl FakeApiServer {
             watch_events: watch::EVENTS_SENT.load(Relaxed),
             bookmarks: watch::BOOKMARKS_SENT.load(Relaxed),
         }
+    }
+
+    /// How many requests each client sent with their head received in `[from, to)`, by
+    /// client (`""`: no valid token): the load a candidate puts on the server over time.
+    pub fn requests_per_client(&self, from: Instant, to: Instant) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for record in self.inner().lock().log.iter() {
+            if record.at >= from && record.at < to {
+                *counts.entry(record.client.clone()).or_insert(0) += 1;
+            }
+        }
+        counts
     }
 
     /// Forgets the request log.
