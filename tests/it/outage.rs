@@ -155,15 +155,26 @@ async fn a_relist_throttled_with_retry_after_waits_at_least_that_long() {
         "b",
         Fault::on(&[Verb::List], FaultKind::TooManyRequests { retry_after }),
     );
-    // 410 on the open watch: the watcher lists again, and is throttled.
+    // 410 on the open watch (once it is open: seeing the holder may come
+    // from the list before it): the watcher lists again, and is throttled.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while api.open_watches(Some("b")) == 0 {
+        assert!(Instant::now() < deadline, "b never watched");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     api.expire_watches("b");
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    let lists: Vec<Instant> = api
-        .requests_of("b", Verb::List)
-        .iter()
-        .filter(|r| r.status == Some(429))
-        .map(|r| r.at)
-        .collect();
+    let throttled = || -> Vec<Instant> {
+        api.requests_of("b", Verb::List)
+            .iter()
+            .filter(|r| r.status == Some(429))
+            .map(|r| r.at)
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while throttled().len() < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lists = throttled();
     assert!(
         lists.len() >= 2,
         "{} relists: {:?}",
