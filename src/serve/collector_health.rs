@@ -117,7 +117,7 @@ pub async fn run(
     let _stop_checker = AbortOnDrop(checker);
     let mut verdict = Verdict::MayLead;
     loop {
-        let change = policy.next_change();
+        let change = policy.next_change(Instant::now());
         tokio::select! {
             biased;
             () = shutdown.cancelled() => return,
@@ -179,8 +179,15 @@ fn log_check(
     match result {
         Ok(_) if !was_passing => tracing::info!(%url, "the collector passes its health check"),
         Ok(_) => {}
+        Err(error)
+            if tracker.failures_in_a_row() == tracker.threshold() && !tracker.ever_passed() =>
+        {
+            // Expected before the collector starts, and on every follower
+            // under `leader-gate exec`: said once, not as a warning.
+            tracing::info!(%url, %error, "the collector has not passed its health check yet (under leader-gate exec it runs only on the leader): contending anyway");
+        }
         Err(error) if tracker.failures_in_a_row() == tracker.threshold() => {
-            // Once per episode, also when it never passed at all.
+            // Once per episode.
             tracing::warn!(%url, %error, failures = tracker.threshold(), "the collector failed its health check too many times in a row");
         }
         Err(error) => {
@@ -277,6 +284,7 @@ pub struct Tracker {
     threshold: u32,
     failures_in_a_row: u32,
     healthy: bool,
+    ever_passed: bool,
 }
 
 // === impl Tracker ===
@@ -289,6 +297,7 @@ impl Tracker {
             threshold,
             failures_in_a_row: 0,
             healthy: false,
+            ever_passed: false,
         }
     }
 
@@ -300,6 +309,11 @@ impl Tracker {
         self.threshold
     }
 
+    /// A check has passed since the start.
+    pub fn ever_passed(&self) -> bool {
+        self.ever_passed
+    }
+
     pub fn failures_in_a_row(&self) -> u32 {
         self.failures_in_a_row
     }
@@ -309,6 +323,7 @@ impl Tracker {
         if passed {
             self.failures_in_a_row = 0;
             self.healthy = true;
+            self.ever_passed = true;
         } else {
             self.failures_in_a_row = self.failures_in_a_row.saturating_add(1);
             if self.failures_in_a_row >= self.threshold {

@@ -206,14 +206,17 @@ impl Policy {
         }
     }
 
-    /// The next instant at which the verdict may change without an input.
-    pub fn next_change(&self) -> Option<Instant> {
-        match self.term {
+    /// The next instant after `now` at which the verdict may change without
+    /// an input.
+    pub fn next_change(&self, now: Instant) -> Option<Instant> {
+        let at = match self.term {
             Some(term) if !term.passed => Some(term.started + self.settings.grace),
             Some(_) => None,
             None if self.episodes > 0 => self.leaderless_since.map(|since| since + self.wait()),
             None => None,
-        }
+        };
+        // Passed already: the verdict took it into account.
+        at.filter(|at| *at > now)
     }
 
     /// Known broken: the episodes since the collector last passed.
@@ -282,7 +285,7 @@ mod tests {
             policy.checked(false, t0 + i * S);
             assert_eq!(policy.verdict(t0 + i * S), Verdict::MayLead, "{i} s");
         }
-        assert_eq!(policy.next_change(), Some(t0 + 30 * S));
+        assert_eq!(policy.next_change(t0 + 29 * S), Some(t0 + 30 * S));
         assert_eq!(policy.verdict(t0 + 30 * S), Verdict::NoPassWithinGrace);
         assert_eq!(policy.episodes(), 1);
         // Released: it stands back while a peer leads, and for the wait of
@@ -297,8 +300,13 @@ mod tests {
             panic!("stands back")
         };
         assert!(wait >= 4 * S && wait <= 4 * S + 4 * S / 10, "{wait:?}");
-        assert_eq!(policy.next_change(), Some(t0 + 100 * S + wait));
+        assert_eq!(policy.next_change(t0 + 100 * S), Some(t0 + 100 * S + wait));
         assert_eq!(policy.verdict(t0 + 100 * S + wait), Verdict::MayLead);
+        assert_eq!(
+            policy.next_change(t0 + 100 * S + wait),
+            None,
+            "nothing left to wait for"
+        );
     }
 
     #[test]
@@ -308,7 +316,7 @@ mod tests {
         policy.role(LEADING, t0);
         policy.checked(false, t0 + S);
         policy.checked(true, t0 + 2 * S);
-        assert_eq!(policy.next_change(), None);
+        assert_eq!(policy.next_change(t0 + 2 * S), None);
         assert_eq!(policy.verdict(t0 + 60 * S), Verdict::MayLead, "passed");
         policy.checked(false, t0 + 61 * S);
         policy.checked(false, t0 + 62 * S);
