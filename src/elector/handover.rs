@@ -48,7 +48,8 @@ pub struct HandoverArgs {
     #[arg(long)]
     pub to: Option<String>,
 
-    /// Give up waiting for the new holder after this long (exit 1).
+    /// Bound on the whole hand-over — reading the Lease, writing the request
+    /// and waiting for the new holder — after which it gives up (exit 1).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
 }
