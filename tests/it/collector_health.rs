@@ -303,6 +303,9 @@ async fn no_group_stays_leaderless_because_every_collector_is_broken() {
         }
         longest = longest.max(sample.sent - leaderless_from);
     }
+    println!(
+        "MEASURE every collector broken: longest leaderless {longest:?} over {watch:?} (lease 4 s, grace 3 s)"
+    );
     let bound = timing.lease + timing.lease + grace;
     assert!(
         longest < bound,
