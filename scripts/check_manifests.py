@@ -290,8 +290,6 @@ def check_leader_gate(docs, doc, template):
                 bad(f"{where} container {c['name']}", f"--grace {g}s exceeds the margin {margin}s")
             if lag < g:
                 bad(cw, f"--gate-lag {lag}s is below the exec gate's --grace {g}s")
-            if "collector-health-url" in opts:
-                bad(cw, "--collector-health-url with the exec gate: followers' collectors never run, so nobody would lead")
             mount = os.path.dirname((c.get("command") or ["/"])[0])
             installed = [
                 i for i, ia in gates

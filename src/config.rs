@@ -181,8 +181,9 @@ pub struct ServeArgs {
     pub log_format: LogFormat,
 
     /// The collector's HTTP health endpoint (http:// only), e.g. Metricbeat's
-    /// http://127.0.0.1:5066/stats, checked every --retry-period: while it
-    /// fails, this instance does not contend and releases the Lease it holds.
+    /// http://127.0.0.1:5066/stats, checked every --retry-period: a leader
+    /// whose collector does not pass within --collector-health-grace, or then
+    /// fails, releases the Lease; a pod whose collector failed stands back.
     #[arg(long, env = "LEADER_GATE_COLLECTOR_HEALTH_URL")]
     pub collector_health_url: Option<String>,
 
@@ -193,6 +194,12 @@ pub struct ServeArgs {
         default_value_t = 3
     )]
     pub collector_health_failures: u32,
+
+    /// Time a new leader's collector has to pass its first health check
+    /// before the Lease is released (at least 2 x --retry-period); under
+    /// `leader-gate exec` the collector only starts once this pod leads.
+    #[arg(long, env = "LEADER_GATE_COLLECTOR_HEALTH_GRACE", default_value = "30s", value_parser = parse_duration)]
+    pub collector_health_grace: Duration,
 
     /// Record a Kubernetes Event about the Lease on each start and stop of
     /// this instance ("X became leader"), as client-go does; best-effort.
@@ -335,6 +342,7 @@ impl ServeArgs {
             log_format,
             collector_health_url,
             collector_health_failures,
+            collector_health_grace,
             record_events,
             successor_claim_window,
             route_service,
@@ -472,6 +480,15 @@ impl ServeArgs {
         if collector_health_failures == 0 {
             return Err(invalid("--collector-health-failures", "must be at least 1"));
         }
+        if collector_health_url.is_some() && collector_health_grace < 2 * retry_period {
+            // A new leader's collector gets at least two checks.
+            return Err(invalid(
+                "--collector-health-grace",
+                format!(
+                    "must be at least 2 x --retry-period ({collector_health_grace:?} < 2 x {retry_period:?})"
+                ),
+            ));
+        }
         let collector_health = collector_health_url
             .map(|url| {
                 let url = collector_health::parse_url(&url)
@@ -480,6 +497,8 @@ impl ServeArgs {
                     url,
                     failures: collector_health_failures,
                     period: retry_period,
+                    grace: collector_health_grace,
+                    lease_duration,
                 })
             })
             .transpose()?;
@@ -829,6 +848,7 @@ mod tests {
         assert_eq!(health.url, "http://127.0.0.1:5066/stats");
         assert_eq!(health.failures, 3);
         assert_eq!(health.period, Duration::from_secs(3));
+        assert_eq!(health.grace, Duration::from_secs(30));
     }
 
     #[test]
@@ -901,6 +921,17 @@ mod tests {
             (
                 &["--collector-health-failures", "0"],
                 "invalid --collector-health-failures: must be at least 1",
+            ),
+            (
+                &[
+                    "--collector-health-url",
+                    "http://127.0.0.1:5066/stats",
+                    "--collector-health-grace",
+                    "3s",
+                    "--retry-period",
+                    "2s",
+                ],
+                "invalid --collector-health-grace: must be at least 2 x --retry-period",
             ),
             (
                 &["--lease-duration", "3000000000s", "--renew-deadline", "10s"],

@@ -14,9 +14,11 @@
 //!   OpenMetrics or classic text, by the scraper's `Accept`.
 //! - [`routes`]: the routers; [`server`]: the HTTP server and its limits
 //!   against abusive clients.
-//! - [`collector_health`]: the collector's health check, which gates contention.
+//! - [`collector_health`]: the collector's health check; [`collector_policy`]:
+//!   what its results mean for holding and contending for the Lease.
 
 pub mod collector_health;
+pub mod collector_policy;
 pub mod exposition;
 pub mod kube_events;
 pub mod metrics;

@@ -99,6 +99,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     }
     let metrics = Arc::new(metrics);
     let (mut publisher, state) = Publisher::new(events.clone(), metrics.clone());
+    let role = state.clone();
     // Kubernetes Events (--record-events): queued by the publisher, sent by a
     // task of their own on the Lease's client.
     let mut recorder_task = None;
@@ -161,7 +162,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     let collector_health = config
         .collector_health
         .clone()
-        .map(|options| collector_health::spawn(options, stop_election.clone()));
+        .map(|options| collector_health::spawn(options, role, stop_election.clone()));
     let driver = tokio::spawn(driver::run(
         Arc::new(store),
         election,
