@@ -977,8 +977,8 @@ fn check_slice(history: &History, bounds: &Bounds, terms: &[StreamTerm], verdict
                 .min_by_key(|(from, _)| *from);
             push(format!(
                 "{pod} wrote itself into the slice (received {at}) while it led none of its \
-                 terms: it led {} before and {} after (stream terms and probe runs, each \
-                 widened by {eps:?} here)",
+                 terms: it led {} before and {} after (its stream terms and runs of 200s; \
+                 {eps:?} allowed either side)",
                 span(before),
                 span(after),
             ));
