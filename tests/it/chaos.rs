@@ -1810,8 +1810,8 @@ impl Chaos {
              terms: {probed} seen leading by the sampler, {announced} announced on streams; \
              processes: {procs}; probes: {probes} ({unanswered} unanswered)\n\
              overlaps: {overlaps}\n\
-             slice writes: {listing} listing a pod, each checked against its terms, {empty} \
-             listing nobody; routing violations: {routing}\n\
+             slice writes: {listing} listing a pod, each checked against its terms ({margin:?} \
+             of the {eps:?} allowed used), {empty} listing nobody; routing violations: {routing}\n\
              starts blind to a just-deleted Lease (counted apart, see history.rs): {blind:?}\n\
              longest leaderless gap after healing: {gap} (bound {bound:?}); longest gap overall: {raw}\n\
              successor crashes: {kills} {kill_kinds:?} (skipped, no live successor named: {kills_skipped})\n\
@@ -1831,6 +1831,8 @@ impl Chaos {
             seed = self.seed,
             listing = verdict.slice_writes_listing,
             empty = verdict.slice_writes_empty,
+            margin = verdict.slice_write_margin_used,
+            eps = EPSILON,
             blind = verdict.blind_after_deletion,
             dur = (history.end - history.check_from).as_secs_f64(),
             counts = self.counts,
@@ -2349,6 +2351,12 @@ mod history_checker {
         assert_eq!(
             (verdict.slice_writes_listing, verdict.slice_writes_empty),
             (3, 1)
+        );
+        // The write at 3.5 s came 0.5 s after a's stop and last 200 (3 s).
+        let margin = verdict.slice_write_margin_used;
+        assert!(
+            margin > Duration::from_millis(450) && margin < Duration::from_millis(550),
+            "{margin:?}"
         );
     }
 

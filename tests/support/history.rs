@@ -301,6 +301,9 @@ pub struct Verdict {
     pub slice_writes_listing: usize,
     /// Slice writes that list nobody.
     pub slice_writes_empty: usize,
+    /// The farthest a write that passed rule 5 lay outside its writer's
+    /// leadership (zero: every write was inside one, ε unused).
+    pub slice_write_margin_used: Duration,
 }
 
 /// Checks every rule of the module docs.
@@ -913,7 +916,7 @@ fn check_streams(history: &History, bounds: &Bounds, verdict: &mut Verdict) -> V
 
 fn check_slice(history: &History, bounds: &Bounds, terms: &[StreamTerm], verdict: &mut Verdict) {
     let eps = bounds.epsilon;
-    // Every leadership of each instance, from both sources, widened by ε.
+    // Every leadership of each instance, from both sources.
     let mut led: HashMap<&str, Vec<(Instant, Instant)>> = HashMap::new();
     for t in terms {
         let to = t.end().unwrap_or(history.end).max(t.start);
@@ -924,13 +927,18 @@ fn check_slice(history: &History, bounds: &Bounds, terms: &[StreamTerm], verdict
     for (instance, lo, hi) in leadership_bounds(history) {
         led.entry(instance).or_default().push((lo, hi));
     }
-    let leading = |instance: &str, at: Instant| {
-        led.get(instance).is_some_and(|spans| {
-            spans
-                .iter()
-                .any(|&(from, to)| from.checked_sub(eps).is_none_or(|f| f <= at) && at <= to + eps)
-        })
+    // How far `at` lies outside the nearest leadership of `instance`
+    // (zero inside one; `None`: it never led).
+    let outside = |instance: &str, at: Instant| {
+        led.get(instance)?
+            .iter()
+            .map(|&(from, to)| {
+                from.saturating_duration_since(at)
+                    .max(at.saturating_duration_since(to))
+            })
+            .min()
     };
+    let mut margin = Duration::ZERO;
     for write in &history.slice_writes {
         let Some(pod) = write.lists.first() else {
             verdict.slice_writes_empty += 1;
@@ -960,30 +968,37 @@ fn check_slice(history: &History, bounds: &Bounds, terms: &[StreamTerm], verdict
                 ));
             }
         }
-        if *pod == write.instance && !leading(pod, write.received) {
-            let spans = led.get(pod.as_str()).cloned().unwrap_or_default();
-            let span = |s: Option<&(Instant, Instant)>| {
-                s.map_or("none".to_owned(), |(f, t)| {
-                    format!("{}..{}", rel(history.origin, *f), rel(history.origin, *t))
-                })
-            };
-            let before = spans
-                .iter()
-                .filter(|(_, to)| *to < write.received)
-                .max_by_key(|(_, to)| *to);
-            let after = spans
-                .iter()
-                .filter(|(from, _)| *from > write.received)
-                .min_by_key(|(from, _)| *from);
-            push(format!(
-                "{pod} wrote itself into the slice (received {at}) while it led none of its \
+        if *pod != write.instance {
+            continue; // a violation above, whoever leads
+        }
+        match outside(pod, write.received) {
+            Some(d) if d <= eps => margin = margin.max(d),
+            _ => {
+                let spans = led.get(pod.as_str()).cloned().unwrap_or_default();
+                let span = |s: Option<&(Instant, Instant)>| {
+                    s.map_or("none".to_owned(), |(f, t)| {
+                        format!("{}..{}", rel(history.origin, *f), rel(history.origin, *t))
+                    })
+                };
+                let before = spans
+                    .iter()
+                    .filter(|(_, to)| *to < write.received)
+                    .max_by_key(|(_, to)| *to);
+                let after = spans
+                    .iter()
+                    .filter(|(from, _)| *from > write.received)
+                    .min_by_key(|(from, _)| *from);
+                push(format!(
+                    "{pod} wrote itself into the slice (received {at}) while it led none of its \
                  terms: it led {} before and {} after (its stream terms and runs of 200s; \
                  {eps:?} allowed either side)",
-                span(before),
-                span(after),
-            ));
+                    span(before),
+                    span(after),
+                ));
+            }
         }
     }
+    verdict.slice_write_margin_used = margin;
 }
 
 /// The kind of fault that deletes the Lease.
