@@ -29,6 +29,12 @@
 //! cut) and token rotation. Each heals after a bounded time; at most two are
 //! active at once.
 //!
+//! Leader routing: every sidecar runs with `--route-service` (its own pod
+//! IP), so the shipped-style slice `collector-leader` is written through all
+//! of these faults; the checker holds every write that lists a pod to that
+//! pod's own terms (rule 5 of `history.rs`), and at the end the slice must
+//! list the final leader within [`SLICE_SETTLES`].
+//!
 //! Named successor (issue 13): the candidates claim the successor slot
 //! within [`CLAIM_WINDOW`], so a successor is named most of the run, and
 //! three kinds of fault aim at it: SIGKILL of the candidate the Lease names
@@ -58,10 +64,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::events::EventClient;
-use support::fake_apiserver::{FakeApiServer, Fault, FaultKind, Verb, lease_holder};
+use support::fake_apiserver::{
+    FakeApiServer, Fault, FaultKind, PolicyRule, Resource, Verb, lease_holder,
+};
 use support::history::{
-    Bounds, End, FaultSpan, History, Incarnation, LEASE_DELETED, Message, Probe, StreamEnd,
-    StreamEvent, Verdict, Violation, WallMap, check, failure_report, rel,
+    Bounds, End, FaultSpan, History, Incarnation, LEASE_DELETED, Message, Probe, SliceWrite,
+    StreamEnd, StreamEvent, Verdict, Violation, WallMap, check, failure_report, rel,
 };
 use support::sidecar::{Sidecar, Timing, get, test_dir};
 use tokio::task::JoinHandle;
@@ -81,6 +89,48 @@ const CLAIM_WINDOW: &str = "3s";
 const SUCCESSOR: &str = "leader-gate.dev/successor";
 /// `leader-gate handover --timeout`: shorter than the quiet period at the end.
 const HANDOVER_TIMEOUT: &str = "10s";
+/// `--route-service`: a Service without a selector, routed through the
+/// EndpointSlice `<SERVICE>-leader`.
+const SERVICE: &str = "collector";
+const SLICE: &str = "collector-leader";
+/// How soon after the cluster settled the slice lists its leader: a write
+/// that failed during the last fault is retried within a lease duration
+/// (the routing backoff's ceiling).
+const SLICE_SETTLES: Duration = Duration::from_secs(5);
+
+/// Member `i`'s pod IP (kept across its restarts, as a pod's is; the API
+/// server refuses loopback endpoints).
+fn pod_ip(i: usize) -> String {
+    format!("10.42.0.{}", 10 + i)
+}
+
+/// The slice as the manifests ship it: no endpoints yet.
+fn shipped_slice() -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": SLICE,
+            "labels": {
+                "kubernetes.io/service-name": SERVICE,
+                "endpointslice.kubernetes.io/managed-by": "leader-gate.dev",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [],
+        "ports": [{ "name": "metrics", "port": 9102, "protocol": "TCP" }],
+    })
+}
+
+/// The pods a version of the slice lists, by their Pod reference.
+fn listed(slice: &Value) -> Vec<String> {
+    slice["endpoints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| e["targetRef"]["name"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
 
 fn bounds() -> Bounds {
     Bounds {
@@ -593,6 +643,17 @@ impl Chaos {
         let api = FakeApiServer::start(NAMESPACE, LEASE).await;
         let dir = test_dir(&format!("chaos-{seed}"));
         let operator = api.write_kubeconfig("operator", &dir);
+        // Routing as shipped: the slice exists, and the Role grants get and
+        // update on it by name.
+        api.create_endpoint_slice(shipped_slice());
+        let mut role = api.role();
+        role.rules.push(PolicyRule::new(
+            &["discovery.k8s.io"],
+            &["endpointslices"],
+            &[SLICE],
+            &["get", "update"],
+        ));
+        api.set_role(role);
         let rec = Arc::new(Recorder::default());
         rec.wall.lock().unwrap().calibrate();
         let mut chaos = Chaos {
@@ -673,6 +734,7 @@ impl Chaos {
             stream_end: None,
         });
         let (api, dir) = (self.api.clone(), self.dir.clone());
+        let ip = pod_ip(i);
         let sidecar = tokio::task::spawn_blocking(move || {
             Sidecar::spawn_logged(
                 &api,
@@ -680,7 +742,14 @@ impl Chaos {
                 name,
                 &format!("{name}.{number}.log"),
                 TIMING,
-                &["--successor-claim-window", CLAIM_WINDOW],
+                &[
+                    "--successor-claim-window",
+                    CLAIM_WINDOW,
+                    "--route-service",
+                    SERVICE,
+                    "--pod-ip",
+                    &ip,
+                ],
             )
         })
         .await
@@ -1549,6 +1618,7 @@ impl Chaos {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        self.slice_lists_the_leader().await;
         for m in &self.members {
             if let Some(s) = &m.sidecar
                 && s.log().contains("panicked")
@@ -1609,6 +1679,15 @@ impl Chaos {
                 ),
             });
         }
+        // Rule 5 judged writes of the slice: a run without any proves
+        // nothing about routing.
+        if verdict.slice_writes_listing == 0 {
+            verdict.violations.push(Violation {
+                at: end,
+                rule: "unexercised",
+                detail: "no write of the slice listed a pod".to_owned(),
+            });
+        }
         verdict.violations.sort_by_key(|v| v.at);
         let summary = self.summary(&history, &verdict);
         eprintln!("{summary}");
@@ -1624,6 +1703,61 @@ impl Chaos {
                 self.dir.display()
             );
         }
+    }
+
+    /// The slice lists the one leader (and nobody else) within
+    /// [`SLICE_SETTLES`] of the cluster settling.
+    async fn slice_lists_the_leader(&mut self) {
+        let settled = Instant::now();
+        let deadline = settled + SLICE_SETTLES;
+        loop {
+            let mut leaders = Vec::new();
+            for m in &self.members {
+                if let Some(s) = &m.sidecar
+                    && s.leader().await.is_some_and(|p| p.leading())
+                {
+                    leaders.push(m.name.to_owned());
+                }
+            }
+            let slice = self.api.endpoint_slice(SLICE).map(|s| listed(&s));
+            if leaders.len() == 1 && slice.as_deref() == Some(&leaders[..]) {
+                eprintln!(
+                    "chaos: the slice lists the final leader {} ({:?} after the cluster settled)",
+                    leaders[0],
+                    settled.elapsed()
+                );
+                return;
+            }
+            if Instant::now() > deadline {
+                self.violations.push(Violation {
+                    at: Instant::now(),
+                    rule: "routing",
+                    detail: format!(
+                        "{SLICE_SETTLES:?} after the cluster settled the slice lists {slice:?}, \
+                         the leader is {leaders:?}"
+                    ),
+                });
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every successful write of the slice, from the API server's log.
+    fn slice_writes(&self) -> Vec<SliceWrite> {
+        self.api
+            .requests()
+            .into_iter()
+            .filter(|r| r.resource == Some(Resource::EndpointSlices))
+            .filter(|r| r.name.as_deref() == Some(SLICE))
+            .filter(|r| matches!(r.verb, Verb::Create | Verb::Update))
+            .filter(|r| matches!(r.status, Some(200 | 201)))
+            .map(|r| SliceWrite {
+                instance: r.client,
+                received: r.at,
+                lists: r.lists,
+            })
+            .collect()
     }
 
     fn history(&self, end: Instant) -> History {
@@ -1645,6 +1779,7 @@ impl Chaos {
             events,
             incarnations: self.rec.incarnations.lock().unwrap().clone(),
             faults: self.spans.clone(),
+            slice_writes: self.slice_writes(),
         }
     }
 
@@ -1661,6 +1796,11 @@ impl Chaos {
             .iter()
             .filter(|v| v.rule == "overlap")
             .count();
+        let routing = verdict
+            .violations
+            .iter()
+            .filter(|v| v.rule == "routing")
+            .count();
         let total: usize = self.counts.values().sum();
         format!(
             "chaos summary (seed {seed}, {dur:.0} s checked)\n\
@@ -1670,6 +1810,8 @@ impl Chaos {
              terms: {probed} seen leading by the sampler, {announced} announced on streams; \
              processes: {procs}; probes: {probes} ({unanswered} unanswered)\n\
              overlaps: {overlaps}\n\
+             slice writes: {listing} listing a pod, each checked against its terms ({margin:?} \
+             of the {eps:?} allowed used), {empty} listing nobody; routing violations: {routing}\n\
              starts blind to a just-deleted Lease (counted apart, see history.rs): {blind:?}\n\
              longest leaderless gap after healing: {gap} (bound {bound:?}); longest gap overall: {raw}\n\
              successor crashes: {kills} {kill_kinds:?} (skipped, no live successor named: {kills_skipped})\n\
@@ -1687,6 +1829,10 @@ impl Chaos {
             refused = self.successor.refused.len(),
             refusals = self.successor.refused,
             seed = self.seed,
+            listing = verdict.slice_writes_listing,
+            empty = verdict.slice_writes_empty,
+            margin = verdict.slice_write_margin_used,
+            eps = EPSILON,
             blind = verdict.blind_after_deletion,
             dur = (history.end - history.check_from).as_secs_f64(),
             counts = self.counts,
@@ -1759,6 +1905,7 @@ mod history_checker {
                     events: Vec::new(),
                     incarnations: Vec::new(),
                     faults: Vec::new(),
+                    slice_writes: Vec::new(),
                 },
             }
         }
@@ -1894,6 +2041,16 @@ mod history_checker {
                 injected: self.at(at),
                 healed: Some(self.at(at)),
                 suspends_gap_check: true,
+            });
+            self
+        }
+
+        /// `name` wrote the slice at `ms`, listing `lists`.
+        fn slice_write(mut self, name: &str, ms: u64, lists: &[&str]) -> Synth {
+            self.h.slice_writes.push(SliceWrite {
+                instance: name.into(),
+                received: self.at(ms),
+                lists: lists.iter().map(|p| (*p).to_owned()).collect(),
             });
             self
         }
@@ -2177,6 +2334,71 @@ mod history_checker {
             .stream("a", 10)
             .probes("a", 20, 1_000, 200, Some("u/1"));
         assert_eq!(s.rules(), ["unannounced-term"]);
+    }
+
+    #[test]
+    fn slice_writes_within_the_writers_terms_break_no_rule() {
+        // a lists itself in its term, takes itself out as it steps down, b
+        // lists itself once it leads; a write ε after the term's end is
+        // within the checker's resolution.
+        let s = handover()
+            .slice_write("a", 100, &["a"])
+            .slice_write("a", 2_995, &[])
+            .slice_write("b", 5_050, &["b"])
+            .slice_write("a", 3_500, &["a"]);
+        assert_eq!(s.rules(), Vec::<&str>::new());
+        let verdict = check(&s.h, &bounds());
+        assert_eq!(
+            (verdict.slice_writes_listing, verdict.slice_writes_empty),
+            (3, 1)
+        );
+        // The write at 3.5 s came 0.5 s after a's stop and last 200 (3 s).
+        let margin = verdict.slice_write_margin_used;
+        assert!(
+            margin > Duration::from_millis(450) && margin < Duration::from_millis(550),
+            "{margin:?}"
+        );
+    }
+
+    #[test]
+    fn a_slice_write_naming_a_non_leader_is_caught() {
+        // b lists itself while a leads, 3 s before its own term.
+        assert_eq!(
+            handover().slice_write("b", 2_000, &["b"]).rules(),
+            ["routing"]
+        );
+        // a lists itself 1.5 s after its term ended (stop and last 200 at 3 s).
+        assert_eq!(
+            handover().slice_write("a", 4_500, &["a"]).rules(),
+            ["routing"]
+        );
+        // A stream alone shows the term: the validity of a leader that went
+        // silent (frozen from 1 s, killed at 9 s) ends it.
+        let silent = |write_at: u64| {
+            Synth::new()
+                .end_at(10_000)
+                .streams_only()
+                .process("a", 1, 0, Some((9_000, End::Killed)))
+                .event("a", 15, Message::Started, Some("u/1"), Some(3000))
+                .event("a", 1_000, Message::Renewed, Some("u/1"), Some(3000))
+                .slice_write("a", write_at, &["a"])
+        };
+        assert_eq!(silent(3_500).rules(), Vec::<&str>::new());
+        assert_eq!(silent(5_500).rules(), ["routing"]);
+    }
+
+    #[test]
+    fn a_slice_write_naming_another_pod_or_two_is_caught() {
+        // a lists b, while b leads: only a pod itself lists itself.
+        assert_eq!(
+            handover().slice_write("a", 6_000, &["b"]).rules(),
+            ["routing"]
+        );
+        // b lists itself and a.
+        assert_eq!(
+            handover().slice_write("b", 6_000, &["b", "a"]).rules(),
+            ["routing", "routing"]
+        );
     }
 
     #[test]

@@ -263,6 +263,10 @@ pub struct RequestRecord {
     /// acquisitions and renews from its other writes, such as the claim
     /// of the successor slot, which leaves the holder as it was.
     pub holder: Option<String>,
+    /// For an EndpointSlice create or update: the pods its body lists, in order (each
+    /// endpoint's `targetRef` name, or its first address when it has none); empty when
+    /// it lists nobody, and for every other request.
+    pub lists: Vec<String>,
 }
 
 /// Counters of what the fake API servers sent, see [`FakeApiServer::traffic`].

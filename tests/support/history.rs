@@ -19,6 +19,10 @@
 //! - **Incarnations**: each process of each instance, when it was spawned and
 //!   how it ended (SIGKILL sent, exit after SIGTERM, or a crash).
 //! - **Faults**: when each fault was injected and when it healed.
+//! - **Slice writes**: every successful write of the routing EndpointSlice,
+//!   from the fake API server's request log: who wrote it, when the server
+//!   received it, and whom it lists. Faults delay a request only after it is
+//!   logged, so receipt is the send, give or take the loopback's latency.
 //!
 //! # Rules (see [`check`])
 //!
@@ -65,6 +69,17 @@
 //! 4. **Terms never repeat**: no term starts twice (streams), every term is
 //!    answered 200 by one process only (probes), and every term a process
 //!    answered 200 for is announced on that process's stream.
+//!
+//! 5. **The slice names only a leader** (slice writes, with the terms of
+//!    rules 2 and 3). A write that lists instance X was written by X itself,
+//!    lists nobody else, and was received while X led one of its terms as
+//!    its own stream shows (from the term's start to its end, as rule 3
+//!    defines them) or its probes do (within the bounds of one of its runs
+//!    of 200s, as rule 2 draws them), widened by ε. A write that lists
+//!    nobody (a step-down's removal) breaks no rule. Rule 5 judges the
+//!    sending of a write, not when the server applied it: a write held by a
+//!    fault lands later, and the compare-and-swap makes it fail if the next
+//!    leader wrote first.
 //!
 //! Known limit: the wall-to-monotonic mapping assumes CLOCK_REALTIME is not
 //! stepped during the run (slewing is harmless: the map is recalibrated).
@@ -196,6 +211,17 @@ pub struct FaultSpan {
     pub suspends_gap_check: bool,
 }
 
+/// One successful write (create or update) of the routing EndpointSlice.
+#[derive(Clone, Debug)]
+pub struct SliceWrite {
+    /// The client that wrote it: the instance's name.
+    pub instance: String,
+    /// When the API server received it.
+    pub received: Instant,
+    /// The pods it lists (empty: nobody).
+    pub lists: Vec<String>,
+}
+
 /// The timing the bounds derive from.
 #[derive(Clone, Copy, Debug)]
 pub struct Bounds {
@@ -225,6 +251,7 @@ pub struct History {
     pub events: Vec<StreamEvent>,
     pub incarnations: Vec<Incarnation>,
     pub faults: Vec<FaultSpan>,
+    pub slice_writes: Vec<SliceWrite>,
 }
 
 /// A broken rule, with the instant to print the history around.
@@ -270,6 +297,13 @@ pub struct Verdict {
     /// G7 lets an absent Lease be created at once). Counted, not excused
     /// silently.
     pub blind_after_deletion: Vec<String>,
+    /// Slice writes that list somebody, each checked by rule 5.
+    pub slice_writes_listing: usize,
+    /// Slice writes that list nobody.
+    pub slice_writes_empty: usize,
+    /// The farthest a write that passed rule 5 lay outside its writer's
+    /// leadership (zero: every write was inside one, ε unused).
+    pub slice_write_margin_used: Duration,
 }
 
 /// Checks every rule of the module docs.
@@ -287,7 +321,8 @@ pub fn check(history: &History, bounds: &Bounds) -> Verdict {
     }
     check_overlap(history, &mut verdict);
     check_gaps(history, bounds, &mut verdict);
-    check_streams(history, bounds, &mut verdict);
+    let terms = check_streams(history, bounds, &mut verdict);
+    check_slice(history, bounds, &terms, &mut verdict);
     for i in &history.incarnations {
         if let Some((at, End::Crashed(status))) = &i.ended {
             verdict.violations.push(Violation {
@@ -391,8 +426,9 @@ fn check_overlap(history: &History, verdict: &mut Verdict) {
 
 // --- rule 2: leaderless gaps, from the probes ---
 
-/// Outer bounds of every leadership the probes show (runs of 200s).
-fn leadership_bounds(history: &History) -> Vec<(Instant, Instant)> {
+/// Outer bounds of every leadership the probes show (runs of 200s), with
+/// the instance that led.
+fn leadership_bounds(history: &History) -> Vec<(&str, Instant, Instant)> {
     let incarnations: HashMap<Process<'_>, &Incarnation> = history
         .incarnations
         .iter()
@@ -461,11 +497,11 @@ fn leadership_bounds(history: &History) -> Vec<(Instant, Instant)> {
             }
             // Unknown until the end of sampling: assume it led throughout.
             let hi = hi.unwrap_or(history.end).max(last_200.received);
-            bounds.push((lo, hi));
+            bounds.push((process.0, lo, hi));
             i = last + 1;
         }
     }
-    bounds.sort_by_key(|b| b.0);
+    bounds.sort_by_key(|b| b.1);
     bounds
 }
 
@@ -473,7 +509,7 @@ fn check_gaps(history: &History, bounds: &Bounds, verdict: &mut Verdict) {
     // Merge the leadership bounds; the complement is provably leaderless.
     let mut gaps = Vec::new();
     let mut cursor = history.check_from;
-    for (lo, hi) in leadership_bounds(history) {
+    for (_, lo, hi) in leadership_bounds(history) {
         if lo > cursor && cursor < history.end {
             gaps.push(Stretch {
                 from: cursor,
@@ -583,7 +619,8 @@ impl StreamTerm {
     }
 }
 
-fn check_streams(history: &History, bounds: &Bounds, verdict: &mut Verdict) {
+/// Rules 3 and 4; returns the terms the streams told, for rule 5.
+fn check_streams(history: &History, bounds: &Bounds, verdict: &mut Verdict) -> Vec<StreamTerm> {
     let mut by_process: BTreeMap<(String, u32), Vec<&StreamEvent>> = BTreeMap::new();
     for event in &history.events {
         by_process
@@ -872,6 +909,96 @@ fn check_streams(history: &History, bounds: &Bounds, verdict: &mut Verdict) {
             }
         }
     }
+    terms
+}
+
+// --- rule 5: the routing slice ---
+
+fn check_slice(history: &History, bounds: &Bounds, terms: &[StreamTerm], verdict: &mut Verdict) {
+    let eps = bounds.epsilon;
+    // Every leadership of each instance, from both sources.
+    let mut led: HashMap<&str, Vec<(Instant, Instant)>> = HashMap::new();
+    for t in terms {
+        let to = t.end().unwrap_or(history.end).max(t.start);
+        led.entry(t.process.0.as_str())
+            .or_default()
+            .push((t.start, to));
+    }
+    for (instance, lo, hi) in leadership_bounds(history) {
+        led.entry(instance).or_default().push((lo, hi));
+    }
+    // How far `at` lies outside the nearest leadership of `instance`
+    // (zero inside one; `None`: it never led).
+    let outside = |instance: &str, at: Instant| {
+        led.get(instance)?
+            .iter()
+            .map(|&(from, to)| {
+                from.saturating_duration_since(at)
+                    .max(at.saturating_duration_since(to))
+            })
+            .min()
+    };
+    let mut margin = Duration::ZERO;
+    for write in &history.slice_writes {
+        let Some(pod) = write.lists.first() else {
+            verdict.slice_writes_empty += 1;
+            continue;
+        };
+        verdict.slice_writes_listing += 1;
+        let at = rel(history.origin, write.received);
+        let mut push = |detail: String| {
+            verdict.violations.push(Violation {
+                at: write.received,
+                rule: "routing",
+                detail,
+            });
+        };
+        if write.lists.len() > 1 {
+            push(format!(
+                "{}'s write of the slice (received {at}) lists {:?}: more than one pod",
+                write.instance, write.lists
+            ));
+        }
+        for listed in &write.lists {
+            if *listed != write.instance {
+                push(format!(
+                    "{}'s write of the slice (received {at}) lists {listed}: only a leader \
+                     writes the slice, and only itself",
+                    write.instance
+                ));
+            }
+        }
+        if *pod != write.instance {
+            continue; // a violation above, whoever leads
+        }
+        match outside(pod, write.received) {
+            Some(d) if d <= eps => margin = margin.max(d),
+            _ => {
+                let spans = led.get(pod.as_str()).cloned().unwrap_or_default();
+                let span = |s: Option<&(Instant, Instant)>| {
+                    s.map_or("none".to_owned(), |(f, t)| {
+                        format!("{}..{}", rel(history.origin, *f), rel(history.origin, *t))
+                    })
+                };
+                let before = spans
+                    .iter()
+                    .filter(|(_, to)| *to < write.received)
+                    .max_by_key(|(_, to)| *to);
+                let after = spans
+                    .iter()
+                    .filter(|(from, _)| *from > write.received)
+                    .min_by_key(|(from, _)| *from);
+                push(format!(
+                    "{pod} wrote itself into the slice (received {at}) while it led none of its \
+                 terms: it led {} before and {} after (its stream terms and runs of 200s; \
+                 {eps:?} allowed either side)",
+                    span(before),
+                    span(after),
+                ));
+            }
+        }
+    }
+    verdict.slice_write_margin_used = margin;
 }
 
 /// The kind of fault that deletes the Lease.
@@ -929,6 +1056,15 @@ pub fn render(history: &History, at: Instant, window: Duration) -> String {
         if let Some((t, end)) = i.stream_end.filter(|(t, _)| within(*t)) {
             lines.push((t, format!("STREAM {name} ended: {end:?}")));
         }
+    }
+    for w in history.slice_writes.iter().filter(|w| within(w.received)) {
+        lines.push((
+            w.received,
+            format!(
+                "SLICE  {} wrote the slice listing {:?}",
+                w.instance, w.lists
+            ),
+        ));
     }
     for e in history.events.iter().filter(|e| within(e.arrived)) {
         let mut line = format!(

@@ -174,6 +174,21 @@ fn selector_name(req: &Request) -> Option<String> {
     f.name
 }
 
+/// The pods an EndpointSlice body lists, for [`RequestRecord::lists`].
+fn listed_pods(body: &[u8]) -> Vec<String> {
+    let body = serde_json::from_slice::<Value>(body).unwrap_or_default();
+    let endpoints = body["endpoints"].as_array().cloned().unwrap_or_default();
+    endpoints
+        .iter()
+        .filter_map(|e| {
+            e["targetRef"]["name"]
+                .as_str()
+                .or_else(|| e["addresses"][0].as_str())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
 /// The identity behind a request.
 enum Auth {
     Client { name: String, user: String },
@@ -239,6 +254,12 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
                     .ok()
                     .and_then(|b| b["spec"]["holderIdentity"].as_str().map(str::to_string)),
                 _ => None,
+            },
+            lists: match (route.resource, route.verb) {
+                (Some(Resource::EndpointSlices), Verb::Create | Verb::Update) => {
+                    listed_pods(&req.body)
+                }
+                _ => Vec::new(),
             },
         });
         st.log_offset + st.log.len() - 1
