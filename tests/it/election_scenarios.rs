@@ -1077,6 +1077,39 @@ async fn two_processes_with_one_identity_never_both_answer_200() {
     twins_never_both_lead("twins", None, 2).await;
 }
 
+/// A leader killed in its pod (SIGKILL, as an OOM kill or a failed liveness
+/// probe does) and restarted with the same identity: the record it lists
+/// first carries its previous incarnation's writer mark. Nobody writes under
+/// its identity while it runs, so it reports no twin, neither in its log nor
+/// in its metrics, and leads once that record expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_restarted_in_its_pod_reports_no_twin_for_its_previous_incarnation() {
+    let timing = Timing::FAST;
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir("restart-same-identity");
+    let mut first = Sidecar::spawn(&api, &dir, "a", timing);
+    first.wait_serving().await;
+    first.wait_leading(timing.lease * 3).await;
+    first.signal(libc::SIGKILL);
+    first.wait_exit(Duration::from_secs(5)).await;
+    let writer = |lease: &Value| lease["metadata"]["annotations"]["leader-gate.dev/writer"].clone();
+    let left = api.lease(LEASE).expect("the killed leader's record");
+    assert_eq!(lease_holder(&left).as_deref(), Some("a"));
+    let second = Sidecar::spawn_logged(&api, &dir, "a", "a-restarted.log", timing, &[]);
+    second.wait_serving().await;
+    second.wait_leading(timing.lease * 3).await;
+    // A few renewals of its own, each seen on its watch.
+    tokio::time::sleep(timing.retry * 3).await;
+    let now = api.lease(LEASE).expect("the restarted leader's record");
+    assert_eq!(lease_holder(&now).as_deref(), Some("a"));
+    assert_ne!(writer(&now), writer(&left), "a new process, a new mark");
+    assert_eq!(identity_conflicts(&second).await, 0);
+    let log = second.log();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
+    assert!(errors.is_empty(), "error lines: {errors:#?}");
+    assert!(!log.contains(CONFLICT_LOG));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_with_one_identity_and_one_frozen_wall_clock_never_both_answer_200() {
     if !std::path::Path::new(LIBFAKETIME).exists() {

@@ -244,6 +244,11 @@ pub struct Election {
     /// (the last few), and how many distinct ones were seen.
     foreign_writers: VecDeque<String>,
     identity_conflicts: u64,
+    /// The foreign mark and `renewTime` of the record under our identity
+    /// found at our first observation: a previous incarnation of this pod
+    /// (a restart after a crash or an OOM kill), not a twin — unless it
+    /// writes again while we run (see `view`).
+    inherited: Option<(String, Option<i64>)>,
     view: Option<View>,
     role: Role,
     pending: Option<Pending>,
@@ -288,6 +293,7 @@ impl Election {
             writer: WriterMark::random(),
             foreign_writers: VecDeque::new(),
             identity_conflicts: 0,
+            inherited: None,
             view: None,
             role: Role::Following,
             pending: None,

@@ -1607,3 +1607,60 @@ fn a_stripped_writer_mark_keeps_a_record_we_saw_stored_but_never_grants_one() {
         "no mark, no proof of a twin"
     );
 }
+
+/// `builder`'s record as written by another process of our identity (mark 9).
+fn marked_by_other(h: &mut Harness, builder: LeaseBuilder) -> Lease {
+    let lease = h.server_sets(builder);
+    let mut object = lease.object().clone();
+    crate::elector::lease::mark_writer(
+        &mut object,
+        &crate::elector::lease::WriterMark::from_u64(9),
+    );
+    let lease = Lease::new(object);
+    h.server = Some(lease.clone());
+    lease
+}
+
+#[test]
+fn a_restarted_process_finding_its_previous_incarnations_record_counts_no_twin() {
+    // Restarted in the same pod (a crash, an OOM kill, a failed liveness
+    // probe): the first list shows the record the old process wrote under
+    // this identity, with its mark. Nobody writes under our identity while
+    // we run: no twin, and the record still expires like anyone's.
+    let mut h = Harness::new("me");
+    let old = marked_by_other(&mut h, LeaseBuilder::held_by("me").renewed_at(5 * SECOND));
+    h.feed(Input::Observed(Some(old.clone())), 0.0);
+    assert_eq!(h.election.identity_conflicts().0, 0);
+    assert_eq!(h.snapshot(0.0).holder.as_deref(), Some("me"));
+    assert!(
+        !h.election.is_leading(),
+        "the old process's record is not ours"
+    );
+    // Seen again unchanged (a relist, an annotation edit): still nothing.
+    let mut object = old.object().clone();
+    h.rv += 1;
+    object.metadata.resource_version = Some(h.rv.to_string());
+    h.feed(Input::Observed(Some(Lease::new(object))), 3.0);
+    assert_eq!(h.election.identity_conflicts().0, 0);
+    assert_eq!(h.first_write(3.0, 14.9), None, "held until it expires");
+    let (at, acquire) = h.first_write(15.0, 16.1).expect("takes it at expiry");
+    let stored = h.accept(&acquire);
+    h.feed(Input::Written(Ok(stored)), at + 0.01);
+    assert!(h.election.is_leading());
+    assert_eq!(h.election.identity_conflicts().0, 0);
+
+    // The same start, but the other process is alive and renews: a twin,
+    // counted on its first write while we run.
+    let mut h = Harness::new("me");
+    let first = marked_by_other(&mut h, LeaseBuilder::held_by("me").renewed_at(5 * SECOND));
+    h.feed(Input::Observed(Some(first)), 0.0);
+    let renewed = marked_by_other(&mut h, LeaseBuilder::held_by("me").renewed_at(7 * SECOND));
+    h.feed(Input::Observed(Some(renewed)), 2.0);
+    assert_eq!(
+        h.election.identity_conflicts(),
+        (
+            1,
+            Some(crate::elector::lease::WriterMark::from_u64(9).as_str())
+        )
+    );
+}

@@ -122,7 +122,8 @@ impl Election {
         // Anything fresh answers a pending 409: the next write builds on it.
         self.conflict_at = None;
         if let Some(lease) = &lease {
-            self.note_writer(&lease.record());
+            let first = self.view.is_none();
+            self.note_writer(&lease.record(), first);
         }
         if let Some(rv) = lease.as_ref().and_then(Lease::resource_version) {
             self.remember_version(rv);
@@ -290,8 +291,12 @@ impl Election {
     }
 
     /// A record under our identity: confirms our write it shows with our
-    /// mark, or counts another process writing under our identity.
-    fn note_writer(&mut self, record: &lease::Record) {
+    /// mark, or counts another process writing under our identity. A foreign
+    /// mark counts only on a record written while we run: the one found at
+    /// our `first` observation was written before we started — by a previous
+    /// incarnation of this pod, after a restart — and proves no twin; a twin
+    /// shows itself with its next write (a renew within a retry period).
+    fn note_writer(&mut self, record: &lease::Record, first: bool) {
         if record.holder.as_deref() != Some(self.settings.identity.as_str()) {
             return;
         }
@@ -303,6 +308,14 @@ impl Election {
                     }
                 }
             }
+            Some(foreign) if first => {
+                self.inherited = Some((foreign.to_owned(), record.renew_micros));
+            }
+            // The inherited record seen again (a relist, an annotation edit).
+            Some(foreign)
+                if self.inherited.as_ref().is_some_and(|(mark, renew)| {
+                    mark == foreign && *renew == record.renew_micros
+                }) => {}
             // Each other process is counted (and told of) once.
             Some(foreign) if !self.foreign_writers.iter().any(|f| f == foreign) => {
                 if self.foreign_writers.len() == SEEN_VERSIONS {
