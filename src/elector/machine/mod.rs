@@ -68,7 +68,7 @@ pub use successor::{
 };
 
 use requests::Pending;
-use view::{OwnWrite, View};
+use view::{OwnWrite, Source, View};
 
 /// Static settings of one candidate.
 #[derive(Clone, Debug)]
@@ -350,8 +350,11 @@ impl Election {
         match input {
             Input::Observed(lease) => {
                 // The watch shows the Lease again: the view is whole again.
+                // The first observation after an interruption is the fresh
+                // watch's list (or the driver's GET while it fails): a read.
                 let resumed = std::mem::take(&mut self.watch_interrupted);
-                self.observe(lease, now, resumed);
+                let source = if resumed { Source::Read } else { Source::Event };
+                self.observe(lease, now, resumed, source);
             }
             Input::Written(result) => self.written(result, now, &mut actions),
             Input::Read(result) => {
