@@ -25,6 +25,10 @@
 //! binary; by default `bench-peer/target/release/klm-gate` if it is built,
 //! else the peer rows are skipped with a note.
 //!
+//! `herd1000`, `herd5000` (`herd` names both; by name only): hand-overs
+//! with no successor named — a graceful stop and a crash — among that many
+//! candidates, with the 409s each costs (see `herd.rs`).
+//!
 //! `swarm10`, `swarm1000`, `swarm5000`: the scale rows of issue 13 (steady
 //! load, graceful stop, expiry with the successor alive and dead, operator
 //! hand-over, each with its writes and conflicts), many candidates in this
@@ -43,6 +47,7 @@ mod support;
 mod day;
 mod fanout;
 mod group;
+mod herd;
 mod latency;
 mod load;
 mod peer;
@@ -268,6 +273,16 @@ fn main() {
             }
         }
         swarm::print(&swarms, &mut table);
+        // The herd before a successor is named: asked for by name only.
+        let mut herds = Vec::new();
+        for size in [1000usize, 5000] {
+            let name = format!("herd{size}");
+            if opts.only.iter().any(|o| *o == name || o == "herd") {
+                note(&name);
+                herds.push(herd::run(size, swarm_rounds, &note).await);
+            }
+        }
+        herd::print(&herds, &mut table);
         let wrk = if opts.wants("wrk") {
             note("wrk");
             wrk_leader(&Program::LeaderGate, if opts.quick { 3 } else { 10 }).await
@@ -299,6 +314,7 @@ fn main() {
         );
         table.print();
         swarm::print_writes(&swarms);
+        herd::print_conflicts(&herds);
         fanout::print(&fanouts);
         if !loads.is_empty() {
             println!();
