@@ -95,6 +95,9 @@ pub struct Now {
 #[derive(Debug)]
 pub enum Input {
     /// The watch, or a read, reports the Lease (`None`: it does not exist).
+    /// The first after [`Input::WatchInterrupted`] is the fresh watch's list
+    /// (or a GET): the server's truth, taken even with an older
+    /// resourceVersion; later ones are events, and a late one is dropped.
     Observed(Option<Lease>),
     /// The write started by the last [`Action::Write`] finished.
     Written(Result<Lease, ApiError>),

@@ -1,6 +1,7 @@
 //! The Lease as this candidate sees it: the last observation and when its
-//! content last changed here (G3), whether an answer is stale (older than a
-//! write response, about a deleted Lease), the standing of the record —
+//! content last changed here (G3), whether an answer is stale (by its
+//! source: a watch event older than the view or about a deleted Lease; a
+//! list or a GET never is), the standing of the record —
 //! free, or held until `observed_at + duration` — and ownership by content
 //! (G7): a record is ours only with our identity *and* the `renewTime` of
 //! one of our own writes.
