@@ -18,7 +18,10 @@ finding and exits 1 if there is any. The checks:
   needs, the NetworkPolicy and the FlowSchema cover the pod;
 - Metricbeat's modules glob matches both module directories and the file
   gate's DST but never its temporary file, and reload.period fits the margin;
-- the readiness-gated Deployment can roll out and drain;
+- leader routing (--route-service): a Service without a selector, the
+  shipped EndpointSlice `<service>-leader` labelled for it with the same
+  port names, the pod IP from the downward API, and get and update (no
+  create) on that one slice;
 - every leader-gate command line is accepted by the real binary (`serve`
   exits 78 for lack of a kube configuration only after its flags passed,
   `exec` 127 for the missing collector binary, `file-gate` runs, `install`
@@ -181,8 +184,9 @@ def check_security(where, pod_spec):
             bad(cw, f"leader-gate image is {image!r}, not {IMAGE}")
 
 
-def role_grants(docs, namespace, service_account, lease):
-    """Which of the Lease verbs the RoleBindings give this service account."""
+def role_grants(docs, namespace, service_account, lease, group="coordination.k8s.io", resource="leases"):
+    """Which verbs on the object `lease` (a Lease unless `group` and `resource`
+    say otherwise) the RoleBindings give this service account."""
     granted = set()
     roles = {
         d["metadata"]["name"]: d
@@ -204,9 +208,9 @@ def role_grants(docs, namespace, service_account, lease):
         if role is None:
             continue
         for rule in role.get("rules", []):
-            if "coordination.k8s.io" not in rule.get("apiGroups", []):
+            if group not in rule.get("apiGroups", []):
                 continue
-            if "leases" not in rule.get("resources", []):
+            if resource not in rule.get("resources", []):
                 continue
             names = rule.get("resourceNames")
             for verb in rule.get("verbs", []):
@@ -286,8 +290,6 @@ def check_leader_gate(docs, doc, template):
                 bad(f"{where} container {c['name']}", f"--grace {g}s exceeds the margin {margin}s")
             if lag < g:
                 bad(cw, f"--gate-lag {lag}s is below the exec gate's --grace {g}s")
-            if "collector-health-url" in opts:
-                bad(cw, "--collector-health-url with the exec gate: followers' collectors never run, so nobody would lead")
             mount = os.path.dirname((c.get("command") or ["/"])[0])
             installed = [
                 i for i, ia in gates
@@ -344,9 +346,11 @@ def check_leader_gate(docs, doc, template):
             subjects = [s.get("serviceAccount", {}) for r in fs["spec"]["rules"] for s in r.get("subjects", [])]
             if {"name": sa, "namespace": namespace} not in subjects:
                 bad(where, f"FlowSchema {fs['metadata']['name']} does not name service account {sa}")
-    # The readiness gate.
-    if ready_path == "/leader" and doc["kind"] == "Deployment":
-        check_readiness_deployment(docs, doc, labels)
+    # Leader routing.
+    if "route-service" in opts:
+        if ready_path == "/leader":
+            bad(cw, "readiness on /leader with --route-service: the slice routes, readiness should say the pod works")
+        check_routing(docs, doc, serve, opts, namespace, sa)
     return gates
 
 
@@ -418,41 +422,42 @@ def check_metricbeat(docs, where, spec, container, dst, lag, margin, health):
             bad(cw, f"--collector-health-url {health} but Metricbeat's http endpoint is not enabled on port {port}")
 
 
-def check_readiness_deployment(docs, doc, labels):
+def check_routing(docs, doc, serve, opts, namespace, sa):
+    """--route-service: the Service without a selector, the shipped slice that
+    kube-proxy will join with it, the pod's IP from the downward API, and get
+    and update on that one slice."""
     where = name_of(doc)
-    replicas = doc["spec"].get("replicas", 1)
-    rolling = (doc["spec"].get("strategy") or {}).get("rollingUpdate") or {}
-    unavailable = str(rolling.get("maxUnavailable", "25%"))
-    if unavailable.endswith("%"):
-        unavailable_n = replicas * int(unavailable[:-1]) // 100
-    else:
-        unavailable_n = int(unavailable)
-    if unavailable_n < replicas:
-        bad(where, f"maxUnavailable {unavailable} < replicas {replicas}: only the leader is ever available, so the old leader would never be replaced")
-    services = [
-        s for s in docs
-        if s["kind"] == "Service"
-        and all(labels.get(k) == v for k, v in (s["spec"].get("selector") or {}).items())
-    ]
+    service_name = opts["route-service"]
+    slice_name = f"{service_name}-leader"
+    env = {e["name"]: e for e in serve.get("env", [])}
+    got = ((env.get("LEADER_GATE_POD_IP") or {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
+    if got != "status.podIP" and "pod-ip" not in opts:
+        bad(where, "--route-service without LEADER_GATE_POD_IP from the downward API's status.podIP")
+    in_ns = [d for d in docs if d["metadata"].get("namespace", "default") == namespace]
+    services = [d for d in in_ns if d["kind"] == "Service" and d["metadata"]["name"] == service_name]
+    slices = [d for d in in_ns if d["kind"] == "EndpointSlice" and d["metadata"]["name"] == slice_name]
     if not services:
-        bad(where, "no Service routes to the readiness-gated pods")
-    for s in services:
-        if s["spec"].get("publishNotReadyAddresses"):
-            bad(name_of(s), "publishNotReadyAddresses defeats the readiness gate")
-    pdbs = [
-        p for p in docs
-        if p["kind"] == "PodDisruptionBudget"
-        and all(labels.get(k) == v for k, v in p["spec"]["selector"].get("matchLabels", {}).items())
-    ]
-    if not pdbs:
-        bad(where, "no PodDisruptionBudget")
-    for p in pdbs:
-        if p["spec"].get("unhealthyPodEvictionPolicy") != "AlwaysAllow":
-            bad(name_of(p), "unhealthyPodEvictionPolicy is not AlwaysAllow")
-        if "minAvailable" in p["spec"] and p["spec"]["minAvailable"] not in (0, "0%"):
-            bad(name_of(p), "minAvailable above 0 refuses the leader's eviction for ever")
-        if "maxUnavailable" in p["spec"] and str(p["spec"]["maxUnavailable"]) not in (str(replicas), "100%"):
-            bad(name_of(p), "maxUnavailable below the replicas refuses the leader's eviction for ever")
+        return bad(where, f"--route-service {service_name}: no such Service")
+    if not slices:
+        return bad(where, f"--route-service {service_name}: the EndpointSlice {slice_name} is not shipped (the sidecar may not create it)")
+    service, slice_ = services[0], slices[0]
+    if service["spec"].get("selector"):
+        bad(name_of(service), "has a selector: its own endpoints would be added to the leader's")
+    labels = slice_["metadata"].get("labels", {})
+    if labels.get("kubernetes.io/service-name") != service_name:
+        bad(name_of(slice_), f"not labelled kubernetes.io/service-name={service_name}: kube-proxy ignores it")
+    if labels.get("endpointslice.kubernetes.io/managed-by", "").startswith("endpointslice"):
+        bad(name_of(slice_), "managed-by names a Kubernetes controller, which would take it over")
+    service_ports = {p.get("name") for p in service["spec"].get("ports", [])}
+    slice_ports = {p.get("name") for p in slice_.get("ports") or []}
+    if service_ports != slice_ports:
+        bad(name_of(slice_), f"port names {sorted(slice_ports)} differ from the Service's {sorted(service_ports)}: kube-proxy joins them by name")
+    granted = role_grants(docs, namespace, sa, slice_name, group="discovery.k8s.io", resource="endpointslices")
+    missing = {"get", "update"} - granted
+    if missing:
+        bad(where, f"service account {sa} lacks {sorted(missing)} on EndpointSlice {slice_name}")
+    if "create" in granted:
+        bad(where, f"service account {sa} may create EndpointSlices: the slice is shipped, and create cannot be limited to one name")
 
 
 def run_binary(binary, where, container, argv, configmaps, volumes):
@@ -469,6 +474,17 @@ def run_binary(binary, where, container, argv, configmaps, volumes):
         # A port where nothing answers: clients wait, they do not lead.
         "LEADER_GATE_URL": "http://127.0.0.1:9",
     }
+    # What the downward API would give the container, as the kubelet would.
+    stand_ins = {
+        "metadata.name": "pod-0",
+        "metadata.namespace": "monitoring",
+        "status.podIP": "10.244.0.10",
+        "spec.nodeName": "node-1",
+    }
+    for e in container.get("env", []):
+        field = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if field in stand_ins:
+            env[e["name"]] = stand_ins[field]
     sub = argv[0]
     args = list(argv)
     try:

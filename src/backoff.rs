@@ -1,7 +1,7 @@
 //! Exponential backoff, capped and jittered: the one rule the retry loops
 //! that repeat the same request share (a follower's failed acquisitions, a
 //! watch restarted after a 401 or its end, a client gate reconnecting to
-//! `/events`).
+//! `/events`, a follower's requests while the API server fails).
 //!
 //! It owns only the arithmetic. The caller counts failures, draws the
 //! random number (the election from its seeded generator, so tests are
@@ -44,6 +44,24 @@ impl Backoff {
         let jitter = exponential.mul_f64(random * self.jitter);
         exponential.saturating_add(jitter).min(self.max)
     }
+
+    /// "Full jitter": anywhere from zero up to the capped exponential wait
+    /// (`jitter` is not used). Many clients failing together then spread
+    /// over the whole wait instead of coming back in one burst, as a
+    /// server that is recovering needs.
+    pub fn full_jitter(&self, failures: u32, random: f64) -> Duration {
+        let ceiling = Self {
+            jitter: 0.0,
+            ..*self
+        }
+        .delay(failures, 0.0);
+        let random = if random.is_finite() {
+            random.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        ceiling.mul_f64(random)
+    }
 }
 
 #[cfg(test)]
@@ -79,6 +97,25 @@ mod tests {
         // Out-of-range randomness cannot exceed the bound either.
         assert_eq!(backoff.delay(1, 7.0), Duration::from_millis(2400));
         assert_eq!(backoff.delay(1, f64::NAN), 2 * SECOND);
+    }
+
+    #[test]
+    fn full_jitter_spreads_over_the_whole_capped_wait() {
+        let backoff = Backoff {
+            first: Duration::from_millis(500),
+            max: 15 * SECOND,
+            jitter: 0.2,
+        };
+        assert_eq!(backoff.full_jitter(1, 0.0), Duration::ZERO);
+        assert_eq!(backoff.full_jitter(1, 0.5), Duration::from_millis(250));
+        assert_eq!(backoff.full_jitter(3, 1.0), 2 * SECOND);
+        assert_eq!(backoff.full_jitter(9, 0.5), Duration::from_millis(7500));
+        assert_eq!(
+            backoff.full_jitter(9, 3.0),
+            15 * SECOND,
+            "never past the cap"
+        );
+        assert_eq!(backoff.full_jitter(9, f64::NAN), Duration::ZERO);
     }
 
     #[test]

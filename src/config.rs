@@ -13,6 +13,7 @@ use crate::client::url::{DEFAULT_URL, GateUrl};
 use crate::elector::driver::ShutdownOptions;
 use crate::elector::lease::MAX_IDENTITY_LEN;
 use crate::serve::collector_health;
+use crate::serve::routing;
 
 /// leader-gate: contends for a Kubernetes Lease and tells the collector next
 /// to it, over HTTP, whether it may do cluster-wide work right now.
@@ -180,8 +181,9 @@ pub struct ServeArgs {
     pub log_format: LogFormat,
 
     /// The collector's HTTP health endpoint (http:// only), e.g. Metricbeat's
-    /// http://127.0.0.1:5066/stats, checked every --retry-period: while it
-    /// fails, this instance does not contend and releases the Lease it holds.
+    /// http://127.0.0.1:5066/stats, checked every --retry-period: a leader
+    /// whose collector does not pass within --collector-health-grace, or then
+    /// fails, releases the Lease; a pod whose collector failed stands back.
     #[arg(long, env = "LEADER_GATE_COLLECTOR_HEALTH_URL")]
     pub collector_health_url: Option<String>,
 
@@ -193,11 +195,36 @@ pub struct ServeArgs {
     )]
     pub collector_health_failures: u32,
 
+    /// Time a new leader's collector has to pass its first health check
+    /// before the Lease is released (at least 2 x --retry-period); under
+    /// `leader-gate exec` the collector only starts once this pod leads.
+    #[arg(long, env = "LEADER_GATE_COLLECTOR_HEALTH_GRACE", default_value = "30s", value_parser = parse_duration)]
+    pub collector_health_grace: Duration,
+
     /// Record a Kubernetes Event about the Lease on each start and stop of
     /// this instance ("X became leader"), as client-go does; best-effort.
     /// Needs `create` on `events` in the Lease's namespace.
     #[arg(long, env = "LEADER_GATE_RECORD_EVENTS")]
     pub record_events: bool,
+
+    /// Route a Service without a selector to the leader: keep its
+    /// EndpointSlice `<SERVICE>-leader` (in the Lease's namespace, shipped
+    /// with the manifests) listing only this pod while it leads. Needs
+    /// `get` and `update` on that one EndpointSlice, and --pod-ip.
+    #[arg(long, env = "LEADER_GATE_ROUTE_SERVICE", value_name = "SERVICE")]
+    pub route_service: Option<String>,
+
+    /// This pod's IP, for --route-service (from the downward API: status.podIP).
+    #[arg(long, env = "LEADER_GATE_POD_IP")]
+    pub pod_ip: Option<String>,
+
+    /// This pod's name, for --route-service [default: the identity].
+    #[arg(long, env = "LEADER_GATE_POD_NAME")]
+    pub pod_name: Option<String>,
+
+    /// This pod's node, for --route-service (from the downward API: spec.nodeName).
+    #[arg(long, env = "LEADER_GATE_NODE_NAME")]
+    pub node_name: Option<String>,
 
     /// Followers claim an empty successor slot at a random instant between
     /// --retry-period and this long after they see it empty; longer means
@@ -284,6 +311,8 @@ pub struct ServeConfig {
     pub record_events: bool,
     /// `--successor-claim-window`.
     pub successor_claim_window: Duration,
+    /// Leader routing through an EndpointSlice (`--route-service`).
+    pub route: Option<routing::Options>,
 }
 
 // === impl ServeArgs ===
@@ -313,8 +342,13 @@ impl ServeArgs {
             log_format,
             collector_health_url,
             collector_health_failures,
+            collector_health_grace,
             record_events,
             successor_claim_window,
+            route_service,
+            pod_ip,
+            pod_name,
+            node_name,
         } = self;
 
         if !is_dns1123_subdomain(&lease_name) {
@@ -446,6 +480,15 @@ impl ServeArgs {
         if collector_health_failures == 0 {
             return Err(invalid("--collector-health-failures", "must be at least 1"));
         }
+        if collector_health_url.is_some() && collector_health_grace < 2 * retry_period {
+            // A new leader's collector gets at least two checks.
+            return Err(invalid(
+                "--collector-health-grace",
+                format!(
+                    "must be at least 2 x --retry-period ({collector_health_grace:?} < 2 x {retry_period:?})"
+                ),
+            ));
+        }
         let collector_health = collector_health_url
             .map(|url| {
                 let url = collector_health::parse_url(&url)
@@ -454,8 +497,13 @@ impl ServeArgs {
                     url,
                     failures: collector_health_failures,
                     period: retry_period,
+                    grace: collector_health_grace,
+                    lease_duration,
                 })
             })
+            .transpose()?;
+        let route = route_service
+            .map(|service| route_options(service, pod_ip, pod_name, node_name, &identity))
             .transpose()?;
         Ok(ServeConfig {
             lease_name,
@@ -477,6 +525,7 @@ impl ServeArgs {
             collector_health,
             record_events,
             successor_claim_window,
+            route,
         })
     }
 }
@@ -520,6 +569,59 @@ fn validate_namespace(namespace: &str) -> Result<(), ConfigError> {
             ),
         ))
     }
+}
+
+/// `--route-service` and the pod it names, checked as the API server would
+/// check the slice (an IP, not loopback) so a mistake shows at start.
+fn route_options(
+    service: String,
+    pod_ip: Option<String>,
+    pod_name: Option<String>,
+    node_name: Option<String>,
+    identity: &str,
+) -> Result<routing::Options, ConfigError> {
+    let is_dns1035_label =
+        |s: &str| is_dns1123_label(s) && s.starts_with(|c: char| c.is_ascii_lowercase());
+    if !is_dns1035_label(&service) {
+        return Err(invalid(
+            "--route-service",
+            format!(
+                "{service:?} must be a Service name (lowercase letters, digits and '-', starting with a letter, at most 63 characters)"
+            ),
+        ));
+    }
+    let pod_ip = pod_ip.filter(|ip| !ip.is_empty()).ok_or_else(|| {
+        invalid(
+            "--pod-ip",
+            "is required with --route-service: set LEADER_GATE_POD_IP from the downward API (fieldRef status.podIP)",
+        )
+    })?;
+    let pod_ip: std::net::IpAddr = pod_ip
+        .parse()
+        .map_err(|_| invalid("--pod-ip", format!("{pod_ip:?} is not an IP address")))?;
+    if pod_ip.is_loopback() || pod_ip.is_unspecified() {
+        return Err(invalid(
+            "--pod-ip",
+            format!(
+                "{pod_ip} cannot be routed to: the API server refuses loopback endpoints, use the pod's IP"
+            ),
+        ));
+    }
+    let pod_name = pod_name
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| identity.to_owned());
+    if !is_dns1123_subdomain(&pod_name) {
+        return Err(invalid(
+            "--pod-name",
+            format!("{pod_name:?} must be a pod name (a DNS-1123 subdomain)"),
+        ));
+    }
+    Ok(routing::Options {
+        service,
+        pod_ip,
+        pod_name,
+        node_name: node_name.filter(|n| !n.is_empty()),
+    })
 }
 
 fn is_dns1123_label(s: &str) -> bool {
@@ -746,6 +848,7 @@ mod tests {
         assert_eq!(health.url, "http://127.0.0.1:5066/stats");
         assert_eq!(health.failures, 3);
         assert_eq!(health.period, Duration::from_secs(3));
+        assert_eq!(health.grace, Duration::from_secs(30));
     }
 
     #[test]
@@ -820,6 +923,17 @@ mod tests {
                 "invalid --collector-health-failures: must be at least 1",
             ),
             (
+                &[
+                    "--collector-health-url",
+                    "http://127.0.0.1:5066/stats",
+                    "--collector-health-grace",
+                    "3s",
+                    "--retry-period",
+                    "2s",
+                ],
+                "invalid --collector-health-grace: must be at least 2 x --retry-period",
+            ),
+            (
                 &["--lease-duration", "3000000000s", "--renew-deadline", "10s"],
                 "invalid --lease-duration: must be at most",
             ),
@@ -845,6 +959,22 @@ mod tests {
             (
                 &["--events-keep-alive", "60s"],
                 "invalid --events-keep-alive: must be more than 0 and at most 15s",
+            ),
+            (
+                &["--route-service", "statsd"],
+                "invalid --pod-ip: is required with --route-service",
+            ),
+            (
+                &["--route-service", "statsd", "--pod-ip", "127.0.0.1"],
+                "invalid --pod-ip: 127.0.0.1 cannot be routed to",
+            ),
+            (
+                &["--route-service", "statsd", "--pod-ip", "10.1.2"],
+                "invalid --pod-ip: \"10.1.2\" is not an IP address",
+            ),
+            (
+                &["--route-service", "9statsd", "--pod-ip", "10.1.2.3"],
+                "invalid --route-service: \"9statsd\" must be a Service name",
             ),
         ];
         for (extra, expected) in cases {

@@ -61,7 +61,15 @@ fn main() -> ExitCode {
 async fn run_client(command: Command) -> ExitCode {
     match command {
         Command::Serve(_) => unreachable!("serve is not a client"),
-        Command::Handover(args) => leader_gate::elector::handover::run(args).await,
+        Command::Handover(args) => {
+            // The subcommand says every failure itself, in its own words;
+            // RUST_LOG shows the requests underneath.
+            init_logging_with(
+                LogFormat::Text,
+                "warn,kube_client=off,kube_runtime=off,leader_gate::elector::lease_client=off",
+            );
+            leader_gate::elector::handover::run(args).await
+        }
         Command::Watch(WatchArgs { client, json }) => {
             // Returns only when the output closed (the reader of a pipe exited).
             let _closed = watch::run(client.url, json, std::io::stdout()).await;
@@ -163,13 +171,16 @@ fn hostname() -> Option<String> {
 }
 
 fn init_logging(format: LogFormat) {
+    // kube's own crates repeat every failed request (a watch refused every
+    // 1.5 s, a refused connection every few seconds); leader-gate says each
+    // once per episode in its own words. RUST_LOG overrides.
+    init_logging_with(format, "info,kube_client=off,kube_runtime=off");
+}
+
+/// Logging on stderr, filtered by RUST_LOG or else by `default`.
+fn init_logging_with(format: LogFormat, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        // kube's own crates repeat every failed request (a watch refused
-        // every 1.5 s, a refused connection every few seconds); leader-gate
-        // says each once per episode in its own words. RUST_LOG overrides.
-        .unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new("info,kube_client=off,kube_runtime=off")
-        });
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

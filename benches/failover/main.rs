@@ -9,12 +9,14 @@
 //!     cargo bench --bench failover -- --peer bench-peer/target/release/klm-gate
 //!
 //! Scenarios (names for `--only`, matched as substrings): `acquire`,
-//! `graceful`, `crash`, `edit`, `forbidden`, `hang`, `startup`, `load10`,
+//! `graceful`, `routing`, `crash`, `edit`, `forbidden`, `hang`, `startup`, `load10`,
 //! `load100`, `wrk`, `fanout`, `swarm10`, `swarm1000` (these two matched
 //! whole; `swarm` names both). Three more run only when named in `--only`:
 //! `load1000` (1,000 processes, about 8 GiB resident in all) and `day` (a
 //! day of renewals, 43,200 at retry 100 ms, about 73 min; 3,000 with
-//! `--quick`, or `RENEWALS=n`), and `swarm5000`. `LEADER_GATE_BIN=/path` runs another build
+//! `--quick`, or `RENEWALS=n`), `swarm5000`, and `outage` (a follower's
+//! requests per minute during a one-minute outage, 503 and refused: two
+//! minutes a round; 1 round with `--quick`). `LEADER_GATE_BIN=/path` runs another build
 //! of the binary (e.g. the previous commit's) under the same bench.
 //!
 //! The peer: `acquire`, `graceful`, `crash`, `startup`, `load10`, `load100`,
@@ -50,8 +52,10 @@ mod group;
 mod herd;
 mod latency;
 mod load;
+mod outage;
 mod peer;
 mod program;
+mod routing;
 mod swarm;
 mod table;
 mod wrk;
@@ -159,6 +163,28 @@ fn main() {
                 |p| p <= 50.0,
             );
             lg.graceful = v;
+        }
+        if opts.wants("routing") {
+            note("routing");
+            let v = routing::run(rounds).await;
+            table.durations(
+                "routing: new leader's acquisition arrives → the EndpointSlice names it (SIGTERM hand-over, defaults, gate lag 1s)",
+                "≤ 100",
+                &v.iter().map(|r| r.named_after_acquisition).collect::<Vec<_>>(),
+                |p| p <= 100.0,
+            );
+            table.durations(
+                "routing: the stepping-down leader leaves the slice → its release arrives (ahead by)",
+                "> 0",
+                &v.iter().map(|r| r.left_before_release).collect::<Vec<_>>(),
+                |_| true,
+            );
+            table.durations(
+                "routing: the slice names nobody (old leader left → new one named)",
+                "",
+                &v.iter().map(|r| r.empty).collect::<Vec<_>>(),
+                |_| true,
+            );
         }
         if opts.wants("crash") {
             note("crash");
@@ -283,6 +309,14 @@ fn main() {
             }
         }
         herd::print(&herds, &mut table);
+        // Two minutes a round: asked for by name only.
+        let outage_run = if opts.named("outage") {
+            note("outage");
+            let outage_rounds = if opts.quick && std::env::var("ROUNDS").is_err() && !std::env::args().any(|a| a == "--rounds") { 1 } else { rounds };
+            Some(outage::run(outage_rounds).await)
+        } else {
+            None
+        };
         let wrk = if opts.wants("wrk") {
             note("wrk");
             wrk_leader(&Program::LeaderGate, if opts.quick { 3 } else { 10 }).await
@@ -316,6 +350,9 @@ fn main() {
         swarm::print_writes(&swarms);
         herd::print_conflicts(&herds);
         fanout::print(&fanouts);
+        if let Some(outage_run) = &outage_run {
+            outage::print(outage_run);
+        }
         if !loads.is_empty() {
             println!();
             println!(

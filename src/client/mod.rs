@@ -10,11 +10,14 @@
 //! - [`status`]: `leader-gate status` and `leader-gate wait`.
 //! - [`exec`]: `leader-gate exec -- COMMAND`, a child that runs only while leading.
 //! - [`process_tree`]: the process group, parent-death signal and reaping `exec` relies on.
+//! - [`death_guard`]: a forked process that acts when its parent is killed
+//!   (`exec`'s group, `file-gate`'s copies).
 //! - [`file_gate`]: `leader-gate file-gate SRC:DST…`, files present only while leading.
 //!
 //! Nothing here touches the server side's state: clients know the sidecar
 //! only through HTTP, as a collector would.
 
+pub mod death_guard;
 pub mod exec;
 pub mod feed;
 pub mod file_gate;

@@ -11,13 +11,14 @@
 //!   is never signalled again (its id may then name another group).
 //! - PDEATHSIG reaches only the direct child. For its descendants, unless
 //!   `exec` is PID 1 (then the kernel kills the whole PID namespace with
-//!   it), a small forked guard holds the read end of a pipe from `exec`:
-//!   at EOF without a word first, `exec` died, and the guard SIGKILLs the
-//!   group.
+//!   it), a [`death_guard`](crate::client::death_guard) SIGKILLs the
+//!   group if `exec` dies without dismissing it.
 
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus};
+
+use crate::client::death_guard::{Guard, OnDeath};
 
 /// Makes this process a child subreaper: orphaned descendants re-parent to
 /// it instead of to init, so they can be stopped and reaped.
@@ -124,7 +125,7 @@ impl Tree {
         let guard = if is_init() {
             None
         } else {
-            match Guard::spawn(pid) {
+            match Guard::spawn(OnDeath::KillGroup(pid)) {
                 Ok(guard) => Some(guard),
                 Err(error) => {
                     eprintln!(
@@ -158,7 +159,7 @@ impl Tree {
         for (pid, status) in reap_exited() {
             if pid == self.pid {
                 self.status = Some(ExitStatus::from_raw(status));
-            } else if self.guard.as_ref().is_some_and(|g| g.pid == pid) {
+            } else if self.guard.as_ref().is_some_and(|g| g.pid() == pid) {
                 eprintln!("leader-gate exec: the guard (pid {pid}) died");
                 self.guard = None;
             }
@@ -178,7 +179,7 @@ impl Tree {
     /// except the guard.
     pub fn signal_all(&mut self, signal: i32) {
         self.group.signal(signal, self.status.is_some());
-        for pid in children(self.guard.as_ref().map(|g| g.pid)) {
+        for pid in children(self.guard.as_ref().map(Guard::pid)) {
             // SAFETY: getpgid and kill(2) on our own child, not yet reaped
             // (zombies are listed too, so the pid cannot have been reused).
             // Members of the group had this signal already: a second
@@ -198,7 +199,7 @@ impl Tree {
         if self.status.is_none() {
             return false;
         }
-        !self.group.may_live(true) && children(self.guard.as_ref().map(|g| g.pid)).is_empty()
+        !self.group.may_live(true) && children(self.guard.as_ref().map(Guard::pid)).is_empty()
     }
 
     /// Dismisses the guard once the tree is gone.
@@ -254,84 +255,6 @@ impl Group {
             || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
         self.emptied = !alive;
         alive
-    }
-}
-
-/// A forked process that SIGKILLs a process group if `exec` dies first.
-struct Guard {
-    pid: i32,
-    /// The write end of its pipe: a byte dismisses it, EOF alone fires it.
-    pipe: std::os::fd::OwnedFd,
-}
-
-impl Guard {
-    fn spawn(pgid: i32) -> io::Result<Guard> {
-        use std::os::fd::FromRawFd;
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 with a valid two-int array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let [read_end, write_end] = fds;
-        // SAFETY: the forked process makes only async-signal-safe calls
-        // (close_range, sigprocmask, setpgid, read, kill, _exit) and never
-        // returns into Rust code of the parent.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            unsafe { guard_main(read_end, write_end, pgid) }
-        }
-        // SAFETY: both fds are ours; the read end belongs to the guard.
-        unsafe { libc::close(read_end) };
-        let pipe = unsafe { std::os::fd::OwnedFd::from_raw_fd(write_end) };
-        if pid < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Guard { pid, pipe })
-    }
-
-    /// Tells the guard to exit without firing, and reaps it.
-    fn dismiss(self) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: write(2) of one byte to our own pipe; waitpid on our child.
-        unsafe {
-            libc::write(self.pipe.as_raw_fd(), b"x".as_ptr().cast(), 1);
-            let mut status = 0;
-            libc::waitpid(self.pid, &mut status, 0);
-        }
-    }
-}
-
-/// The guard's whole life, in the forked process.
-///
-/// # Safety
-///
-/// Only to be called in a just-forked child; it never returns.
-unsafe fn guard_main(read_end: i32, write_end: i32, pgid: i32) -> ! {
-    unsafe {
-        libc::close(write_end);
-        // Nothing of exec's but the pipe: its sockets and its copy of the
-        // write end must not outlive it here.
-        libc::syscall(libc::SYS_close_range, 3u32, (read_end - 1) as u32, 0u32);
-        libc::syscall(libc::SYS_close_range, (read_end + 1) as u32, u32::MAX, 0u32);
-        // No signal but SIGKILL ends it; its own group, so a signal to
-        // exec's group does not either.
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-        libc::setpgid(0, 0);
-        let mut byte = 0u8;
-        loop {
-            let n = libc::read(read_end, (&mut byte as *mut u8).cast(), 1);
-            if n == 1 {
-                libc::_exit(0);
-            }
-            if n < 0 && *libc::__errno_location() == libc::EINTR {
-                continue;
-            }
-            // EOF: exec died without dismissing us.
-            libc::kill(-pgid, libc::SIGKILL);
-            libc::_exit(0);
-        }
     }
 }
 

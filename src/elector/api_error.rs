@@ -45,7 +45,7 @@ impl ApiError {
     pub fn from_kube(error: kube::Error) -> Self {
         match error {
             kube::Error::Api(status) => Self::from_status(&status),
-            other => Self::Transport(other.to_string()),
+            other => Self::Transport(transport_cause(&other)),
         }
     }
 
@@ -85,7 +85,28 @@ impl ApiError {
             Self::TooManyRequests { .. } => "throttled",
             Self::Server { .. } => "error",
             Self::Timeout(_) => "timeout",
-            Self::Transport(_) => "error",
+            Self::Transport(_) => "transport",
+        }
+    }
+
+    /// True for failures of the API server itself — 5xx, 429, no answer
+    /// in time, no connection — as opposed to an answer about the Lease or
+    /// the request: while they last, followers back off.
+    pub fn is_outage(&self) -> bool {
+        matches!(
+            self,
+            Self::Server { .. }
+                | Self::TooManyRequests { .. }
+                | Self::Timeout(_)
+                | Self::Transport(_)
+        )
+    }
+
+    /// The wait a 429 asked for.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::TooManyRequests { retry_after } => *retry_after,
+            _ => None,
         }
     }
 
@@ -94,6 +115,48 @@ impl ApiError {
     pub fn is_unreachable(&self) -> bool {
         matches!(self, Self::Timeout(_) | Self::Transport(_))
     }
+}
+
+/// A transport error in words an operator acts on: what happened to the
+/// connection first (refused, timed out, reset, closed early), then the
+/// whole chain of causes, which hyper and kube-rs each wrap once more
+/// ("ServiceError: client error (Connect)" alone says none of it).
+fn transport_cause(error: &kube::Error) -> String {
+    let mut chain = Vec::new();
+    let mut what = None;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = source {
+        if what.is_none()
+            && let Some(io) = error.downcast_ref::<std::io::Error>()
+        {
+            what = io_cause(io.kind());
+        }
+        let text = error.to_string();
+        // Wrappers often repeat their source's text: keep each part once.
+        if !chain.iter().any(|seen: &String| seen.contains(&text)) {
+            chain.push(text);
+        }
+        source = error.source();
+    }
+    let chain = chain.join(": ");
+    match what {
+        Some(what) => format!("{what} ({chain})"),
+        None => chain,
+    }
+}
+
+fn io_cause(kind: std::io::ErrorKind) -> Option<&'static str> {
+    use std::io::ErrorKind::*;
+    Some(match kind {
+        ConnectionRefused => "connection refused",
+        TimedOut => "connection timed out",
+        ConnectionReset => "connection reset",
+        ConnectionAborted => "connection aborted",
+        UnexpectedEof | BrokenPipe => "connection closed early",
+        HostUnreachable | NetworkUnreachable => "no route to the API server",
+        AddrNotAvailable => "address not available",
+        _ => return None,
+    })
 }
 
 /// A 403, explained: which user lacks which verb on what, where.
@@ -197,6 +260,25 @@ mod tests {
         assert!(
             !f.to_string().contains("may not"),
             "not a missing permission"
+        );
+    }
+
+    /// "ServiceError: client error (Connect)" alone does not say the
+    /// connection was refused.
+    #[tokio::test]
+    async fn a_refused_connection_says_so_first() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let config = kube::Config::new(format!("http://{closed}").parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let error = ApiError::from_kube(client.apiserver_version().await.unwrap_err());
+        assert_eq!(error.kind(), "transport");
+        assert!(error.is_outage());
+        let text = error.to_string();
+        assert!(
+            text.starts_with("transport error: connection refused ("),
+            "{text}"
         );
     }
 

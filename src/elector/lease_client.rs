@@ -47,6 +47,8 @@ pub struct KubeLeaseStore {
     api: Arc<RwLock<Api<DynamicObject>>>,
     namespace: String,
     name: String,
+    /// The API server's URL, for the log.
+    server: String,
     episodes: Arc<Mutex<HashSet<(&'static str, &'static str)>>>,
 }
 
@@ -55,11 +57,17 @@ pub struct KubeLeaseStore {
 impl KubeLeaseStore {
     /// A store for `namespace/name` using `config` (see [`infer_config`]).
     pub fn new(config: kube::Config, namespace: &str, name: &str) -> Result<Self, kube::Error> {
+        let server = config
+            .cluster_url
+            .to_string()
+            .trim_end_matches('/')
+            .to_owned();
         let client = client(config)?;
         Ok(Self {
             api: Arc::new(RwLock::new(api(client, namespace))),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
+            server,
             episodes: Default::default(),
         })
     }
@@ -125,10 +133,33 @@ impl KubeLeaseStore {
                 verb, namespace = %self.namespace, lease = %self.name, %error,
                 "cannot {verb} the lease; retrying with backoff and never leading meanwhile"
             ),
-            _ => tracing::warn!(
-                verb, namespace = %self.namespace, lease = %self.name, %error,
-                "the API server does not answer {verb} requests; retrying with backoff (a leader steps down at its renew deadline)"
-            ),
+            _ => {
+                let what = match error {
+                    ApiError::TooManyRequests {
+                        retry_after: Some(wait),
+                    } => format!(
+                        "the API server at {} throttles {verb} requests (429, retry after {:.1}s)",
+                        self.server,
+                        wait.as_secs_f64()
+                    ),
+                    ApiError::TooManyRequests { retry_after: None } => format!(
+                        "the API server at {} throttles {verb} requests (429)",
+                        self.server
+                    ),
+                    ApiError::Server { .. } => format!(
+                        "the API server at {} fails {verb} requests ({error})",
+                        self.server
+                    ),
+                    _ => format!(
+                        "cannot reach the API server at {} for {verb} requests ({error})",
+                        self.server
+                    ),
+                };
+                tracing::warn!(
+                    verb, namespace = %self.namespace, lease = %self.name, server = %self.server,
+                    "{what}; trying again, a follower waiting longer each time, a leader every retry period until its renew deadline"
+                )
+            }
         }
     }
 }
@@ -232,6 +263,11 @@ impl LeaseStore for KubeLeaseStore {
 }
 
 impl KubeLeaseStore {
+    /// The API server's URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
     /// Creates a Kubernetes Event on the Lease's client (credentials reloaded
     /// with it), in the Lease's namespace: the serving side's recorder
     /// ([`crate::serve::kube_events`]) times and explains them.
@@ -249,6 +285,14 @@ impl KubeLeaseStore {
                 .map_err(ApiError::from_kube)
         }
         .boxed()
+    }
+}
+
+impl KubeLeaseStore {
+    /// The Lease's client, for other requests of this instance (credentials
+    /// reloaded with it after a 401).
+    pub fn client(&self) -> kube::Client {
+        self.api().into()
     }
 }
 

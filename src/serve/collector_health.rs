@@ -1,15 +1,16 @@
 //! Collector health: the small task that asks the collector's own HTTP
 //! endpoint (e.g. Metricbeat's `http://127.0.0.1:5066/stats`) every retry
-//! period whether it works, and publishes through a `tokio::sync::watch`
-//! whether it counts as healthy. The election driver feeds every change to
-//! the machine, which neither leads nor contends for an unhealthy collector.
+//! period whether it works, feeds the results and this instance's role to
+//! the [`collector_policy`], and publishes through a `tokio::sync::watch`
+//! whether this instance may lead. The election driver feeds every change to
+//! the machine, which neither leads nor contends while it may not.
 //!
 //! - A check passes on any 2xx; a connection error, no answer within the
 //!   retry period, or any other status is a failure.
-//! - Unhealthy from the start until the first pass: a native sidecar starts
-//!   before its collector, and a collector that never came up is not led for.
-//! - Then unhealthy after `failures` failures in a row, and healthy again
-//!   after one pass.
+//! - A collector that passed fails after `failures` failures in a row, and
+//!   passes again after one pass; what that means for the Lease (a grace
+//!   for a new leader's collector, standing back for a broken one) is the
+//!   policy's.
 //!
 //! One fresh plain-hyper connection per check, driven inside the check and
 //! dropped with it: a local endpoint asked once per retry period needs no
@@ -22,9 +23,12 @@ use hyper::body::Bytes;
 use hyper::{StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
-use tokio::time::MissedTickBehavior;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior, sleep_until};
 use tokio_util::sync::CancellationToken;
+
+use crate::serve::collector_policy::{self, Policy, Role, Verdict};
+use crate::serve::published::LeaderState;
 
 /// What to check, and how often.
 #[derive(Clone, Debug)]
@@ -35,6 +39,11 @@ pub struct Options {
     pub failures: u32,
     /// The interval between checks, and the timeout of each.
     pub period: Duration,
+    /// Time a new leader's collector has to pass (`--collector-health-grace`).
+    pub grace: Duration,
+    /// The lease duration: the longest a known broken collector's instance
+    /// stands back from a leaderless group.
+    pub lease_duration: Duration,
 }
 
 /// Why one check failed.
@@ -63,51 +72,159 @@ pub fn parse_url(text: &str) -> Result<Uri, String> {
     Ok(uri)
 }
 
-/// Starts the checking task, which ends with `shutdown`; the receiver holds
-/// `false` until the first check passes.
-pub fn spawn(options: Options, shutdown: CancellationToken) -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(false);
-    tokio::spawn(run(options, tx, shutdown));
+/// Starts the checking task, which ends with `shutdown`. The receiver holds
+/// whether this instance may lead (see [`collector_policy`]), judged from
+/// the checks and this instance's role as `state` publishes it: `true` at
+/// first, since a follower's collector may not run before it leads.
+pub fn spawn(
+    options: Options,
+    state: watch::Receiver<LeaderState>,
+    shutdown: CancellationToken,
+) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(true);
+    tokio::spawn(run(options, state, tx, shutdown));
     rx
 }
 
-/// Checks every period and publishes the health on change, until `shutdown`.
-pub async fn run(options: Options, tx: watch::Sender<bool>, shutdown: CancellationToken) {
+/// Checks every period, feeds the results and the role to the policy, and
+/// publishes its verdict on change, until `shutdown`.
+pub async fn run(
+    options: Options,
+    mut state: watch::Receiver<LeaderState>,
+    tx: watch::Sender<bool>,
+    shutdown: CancellationToken,
+) {
     let Options {
         url,
         failures,
         period,
+        grace,
+        lease_duration,
     } = options;
-    tracing::info!(%url, failures, ?period, "checking the collector's health: not contending before it first passes");
-    let mut tracker = Tracker::new(failures);
-    let mut ticks = tokio::time::interval(period);
-    // A slow check delays the next one rather than causing a burst.
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tracing::info!(%url, failures, ?period, ?grace, "checking the collector's health: a new leader gives its collector --collector-health-grace to pass, and releases the lease when it does not or when it fails --collector-health-failures times in a row");
+    let mut policy = Policy::new(
+        collector_policy::Settings {
+            failures,
+            grace,
+            first_wait: 2 * period,
+            lease_duration,
+        },
+        Instant::now(),
+    );
+    let (results, mut checked) = mpsc::channel(1);
+    // Checks run on their own schedule: a change of role never cuts one short.
+    let checker = tokio::spawn(check_every(url.clone(), period, results));
+    let _stop_checker = AbortOnDrop(checker);
+    let mut verdict = Verdict::MayLead;
     loop {
-        let result = tokio::select! {
+        let change = policy.next_change(Instant::now());
+        tokio::select! {
             biased;
             () = shutdown.cancelled() => return,
-            result = async {
-                ticks.tick().await;
-                check(&url, period).await
-            } => result,
-        };
-        let was_healthy = tracker.healthy();
-        let healthy = tracker.record(result.is_ok());
-        match &result {
-            Ok(_) if !was_healthy => {
-                tracing::info!(%url, "the collector passes its health check: contending");
+            changed = state.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let role = {
+                    let published = state.borrow_and_update();
+                    Role {
+                        leading: published.leading,
+                        leaderless: published.holder.is_none(),
+                    }
+                };
+                policy.role(role, Instant::now());
             }
-            Ok(_) => {}
-            Err(error) if tracker.failures_in_a_row() == failures => {
-                // Once per episode, also when it never passed at all.
-                tracing::warn!(%url, %error, failures, "the collector failed its health check too many times in a row: not contending, releasing the lease if held");
+            result = checked.recv() => {
+                let Some(result) = result else { return };
+                let was_passing = policy.tracker().healthy();
+                policy.checked(result.is_ok(), Instant::now());
+                log_check(&url, &result, was_passing, policy.tracker());
             }
-            Err(error) => {
-                tracing::debug!(%url, %error, in_a_row = tracker.failures_in_a_row(), "collector health check failed");
-            }
+            () = sleep_until(change.unwrap_or_else(Instant::now)), if change.is_some() => {}
         }
-        tx.send_if_modified(|published| std::mem::replace(published, healthy) != healthy);
+        let now = policy.verdict(Instant::now());
+        if now != verdict {
+            log_verdict(verdict, now);
+            verdict = now;
+        }
+        let may_lead = verdict == Verdict::MayLead;
+        tx.send_if_modified(|published| std::mem::replace(published, may_lead) != may_lead);
+    }
+}
+
+/// One check every `period` (a slow check delays the next one rather than
+/// causing a burst), each result sent to `results`.
+async fn check_every(
+    url: Uri,
+    period: Duration,
+    results: mpsc::Sender<Result<StatusCode, CheckError>>,
+) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if results.send(check(&url, period).await).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Says what a check showed, once per change of episode.
+fn log_check(
+    url: &Uri,
+    result: &Result<StatusCode, CheckError>,
+    was_passing: bool,
+    tracker: &Tracker,
+) {
+    match result {
+        Ok(_) if !was_passing => tracing::info!(%url, "the collector passes its health check"),
+        Ok(_) => {}
+        Err(error)
+            if tracker.failures_in_a_row() == tracker.threshold() && !tracker.ever_passed() =>
+        {
+            // Expected before the collector starts, and on every follower
+            // under `leader-gate exec`: said once, not as a warning.
+            tracing::info!(%url, %error, "the collector has not passed its health check yet (under leader-gate exec it runs only on the leader): contending anyway");
+        }
+        Err(error) if tracker.failures_in_a_row() == tracker.threshold() => {
+            // Once per episode.
+            tracing::warn!(%url, %error, failures = tracker.threshold(), "the collector failed its health check too many times in a row");
+        }
+        Err(error) => {
+            tracing::debug!(%url, %error, in_a_row = tracker.failures_in_a_row(), "collector health check failed");
+        }
+    }
+}
+
+/// Says why this instance stops or starts being fit to lead.
+fn log_verdict(before: Verdict, now: Verdict) {
+    match (before, now) {
+        (_, Verdict::NoPassWithinGrace) => tracing::warn!(
+            "the collector did not pass its health check within --collector-health-grace of this pod starting to lead: releasing the lease for a peer"
+        ),
+        (_, Verdict::FailedWhileLeading) => tracing::warn!(
+            "the collector stopped passing its health check while this pod leads: releasing the lease for a peer"
+        ),
+        (_, Verdict::StandingBack { wait }) => tracing::info!(
+            ?wait,
+            "the collector ran and failed its health check: standing back, contending only once the group has had no leader for the wait"
+        ),
+        (Verdict::StandingBack { wait }, Verdict::MayLead) => tracing::warn!(
+            ?wait,
+            "the group has had no leader for the wait: contending although this pod's collector failed its health check"
+        ),
+        (_, Verdict::MayLead) => {
+            tracing::info!("the collector no longer keeps this pod from leading")
+        }
+    }
+}
+
+/// Aborts the task when dropped: the checker ends with the policy's task.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -167,6 +284,7 @@ pub struct Tracker {
     threshold: u32,
     failures_in_a_row: u32,
     healthy: bool,
+    ever_passed: bool,
 }
 
 // === impl Tracker ===
@@ -179,11 +297,21 @@ impl Tracker {
             threshold,
             failures_in_a_row: 0,
             healthy: false,
+            ever_passed: false,
         }
     }
 
     pub fn healthy(&self) -> bool {
         self.healthy
+    }
+
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    /// A check has passed since the start.
+    pub fn ever_passed(&self) -> bool {
+        self.ever_passed
     }
 
     pub fn failures_in_a_row(&self) -> u32 {
@@ -195,6 +323,7 @@ impl Tracker {
         if passed {
             self.failures_in_a_row = 0;
             self.healthy = true;
+            self.ever_passed = true;
         } else {
             self.failures_in_a_row = self.failures_in_a_row.saturating_add(1);
             if self.failures_in_a_row >= self.threshold {

@@ -75,7 +75,7 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "api_requests",
-            "Lease API requests by verb and outcome (ok, conflict, forbidden, unauthorized, not_found, gone, throttled, invalid, timeout, error)",
+            "Lease API requests by verb and outcome (ok, conflict, forbidden, unauthorized, not_found, gone, throttled, invalid, timeout, transport, error)",
             requests.clone(),
         );
         let renew_latency =
@@ -153,7 +153,7 @@ impl Metrics {
         let gauge = Gauge::default();
         self.registry.register(
             "collector_healthy",
-            "1 while the collector passes its health check (--collector-health-url); 0 before its first success and after too many failures in a row",
+            "1 while the collector health check (--collector-health-url) lets this instance lead or contend; 0 after its collector did not pass within the grace of a term or failed, until it passes again or the group has been leaderless for the stand-back wait",
             gauge.clone(),
         );
         self.collector_healthy = Some(gauge);

@@ -8,18 +8,23 @@
 //! - [`transitions`]: the log of leadership transitions (ids, history, fan-out).
 //! - [`sse_route`]: `GET /events`, the transition log as server-sent events.
 //! - [`kube_events`]: Kubernetes Events about the Lease (`--record-events`).
+//! - [`routing`]: the EndpointSlice that routes a Service to the leader
+//!   (`--route-service`).
 //! - [`metrics`]: Prometheus metrics for `/metrics`; [`exposition`]:
 //!   OpenMetrics or classic text, by the scraper's `Accept`.
 //! - [`routes`]: the routers; [`server`]: the HTTP server and its limits
 //!   against abusive clients.
-//! - [`collector_health`]: the collector's health check, which gates contention.
+//! - [`collector_health`]: the collector's health check; [`collector_policy`]:
+//!   what its results mean for holding and contending for the Lease.
 
 pub mod collector_health;
+pub mod collector_policy;
 pub mod exposition;
 pub mod kube_events;
 pub mod metrics;
 pub mod published;
 pub mod routes;
+pub mod routing;
 pub mod server;
 pub mod sidecar;
 pub mod sse_route;

@@ -23,6 +23,7 @@ use crate::serve::kube_events::{self, Recorder};
 use crate::serve::metrics::Metrics;
 use crate::serve::published::Publisher;
 use crate::serve::routes::{self, AppState};
+use crate::serve::routing;
 use crate::serve::server::{self, Limits};
 use crate::serve::transitions::EventLog;
 
@@ -84,6 +85,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
         retry_period: config.retry_period,
     };
     tracing::info!(
+        version = %env!("CARGO_PKG_VERSION"), api_server = %store.server(),
         identity = %settings.identity, namespace = %namespace, lease = %settings.lease_name,
         lease_duration = ?settings.lease_duration, renew_deadline = ?settings.renew_deadline,
         retry_period = ?settings.retry_period, listen = %config.listen,
@@ -97,6 +99,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     }
     let metrics = Arc::new(metrics);
     let (mut publisher, state) = Publisher::new(events.clone(), metrics.clone());
+    let role = state.clone();
     // Kubernetes Events (--record-events): queued by the publisher, sent by a
     // task of their own on the Lease's client.
     let mut recorder_task = None;
@@ -110,6 +113,18 @@ pub async fn run(config: ServeConfig) -> ExitCode {
         publisher = publisher.with_recorder(recorder);
         recorder_task = Some(task);
     }
+    // Leader routing (--route-service): a task of its own on the Lease's
+    // client, following the published state like the HTTP gates.
+    let routing_task = config.route.clone().map(|options| {
+        routing::spawn(
+            store.clone(),
+            namespace.clone(),
+            options,
+            state.clone(),
+            config.retry_period,
+            config.lease_duration,
+        )
+    });
     let heartbeat = Heartbeat::new();
     let stop_election = CancellationToken::new();
     let stop_serving = CancellationToken::new();
@@ -147,7 +162,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     let collector_health = config
         .collector_health
         .clone()
-        .map(|options| collector_health::spawn(options, stop_election.clone()));
+        .map(|options| collector_health::spawn(options, role, stop_election.clone()));
     let driver = tokio::spawn(driver::run(
         Arc::new(store),
         election,
@@ -192,6 +207,18 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     // give the last Events (the stop) their one attempt, within the bound.
     if let Some(task) = recorder_task {
         let _ = tokio::time::timeout_at(deadline + SERVER_GRACE, task).await;
+    }
+    // The slice no longer names this pod (it was taken out when the step-down
+    // was published, during the gate lag), or that could not be done in time.
+    if let Some(mut task) = routing_task
+        && tokio::time::timeout_at(deadline + SERVER_GRACE, &mut task)
+            .await
+            .is_err()
+    {
+        tracing::warn!(
+            "routing: the EndpointSlice could not be updated before the shutdown timeout"
+        );
+        task.abort();
     }
     stop_serving.cancel();
     for server in servers {

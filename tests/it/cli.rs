@@ -114,6 +114,17 @@ fn bad_flags_exit_64_with_one_line_naming_the_flag() {
             ],
             "--collector-health-failures",
         ),
+        (
+            &[
+                "--lease-name",
+                "demo",
+                "--collector-health-url",
+                "http://127.0.0.1:5066/stats",
+                "--collector-health-grace",
+                "3s",
+            ],
+            "invalid --collector-health-grace: must be at least 2 x --retry-period (3s < 2 x 2s)",
+        ),
     ];
     for (args, expected) in cases {
         let mut argv = vec!["serve"];

@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use support::events::{EventClient, Received};
-use support::fake_apiserver::{FakeApiServer, RequestRecord, Verb, lease_holder};
+use support::fake_apiserver::{FakeApiServer, RequestRecord, Verb, free_local_addr, lease_holder};
+use support::gate_clients::{ChildLog, GateClient};
 use support::health::HealthEndpoint;
 use support::monitor::Monitor;
 use support::sidecar::{Probe, Sidecar, Timing, get, test_dir};
@@ -262,76 +263,83 @@ async fn an_unhealthy_leader_steps_down_releases_and_the_healthy_peer_takes_over
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn when_every_collector_is_unhealthy_nobody_leads_until_one_recovers() {
+async fn no_group_stays_leaderless_because_every_collector_is_broken() {
     let timing = Timing::FAST;
     let names = ["a", "b", "c"];
-    let pods = Pods::start("health-all-down", &names, timing, 200, &[]).await;
-    let (leader, probe) = pods.wait_leader(timing.lease * 2).await;
-    let old_term = probe.term().unwrap().to_owned();
+    let grace = Duration::from_secs(3);
+    let pods = Pods::start(
+        "health-all-down",
+        &names,
+        timing,
+        200,
+        &["--collector-health-grace", "3s"],
+    )
+    .await;
+    pods.wait_leader(timing.lease * 2).await;
+    // Each one's collector has run on a follower for a lease duration, so a
+    // failure there counts as broken, not as "not started yet".
+    tokio::time::sleep(timing.lease + timing.retry * 2).await;
 
-    let failing = Instant::now();
     for name in names {
         pods.health(name).set(500);
     }
-    // Each instance counts its own collector's failures on its own schedule:
-    // one still healthy may take the released Lease meanwhile (and release
-    // it in turn). "All unhealthy" begins when every one says so.
-    for name in names {
-        pods.sidecar(name)
-            .wait_for(timing.lease * 2, |p| {
-                p.body["collector_healthy"] == serde_json::json!(false) && !p.leading()
-            })
-            .await;
-    }
-    // Then the last release clears the holder; from then on, watch for
-    // longer than a lease.
-    let deadline = Instant::now() + timing.lease * 2;
-    while lease_holder(&pods.api.lease(LEASE).unwrap()).is_some() {
-        assert!(Instant::now() < deadline, "never released\n{}", pods.logs());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let quiet_from = Instant::now();
-    let lease_before = pods.api.lease(LEASE).unwrap();
-    tokio::time::sleep(timing.lease + timing.retry * 2).await;
-    let quiet_to = Instant::now();
-
-    let late_200: Vec<_> = pods
+    let broken_from = Instant::now();
+    // Every collector is broken: the group still gets a leader again and
+    // again (for the grace each time), never a lease duration plus the
+    // longest stand-back wait without one.
+    let watch = timing.lease * 6;
+    tokio::time::sleep(watch).await;
+    let samples: Vec<_> = pods
         .monitor
         .samples()
         .into_iter()
-        .filter(|s| s.leading() && s.sent >= quiet_from)
+        .filter(|s| s.sent >= broken_from)
         .collect();
-    assert!(late_200.is_empty(), "someone led: {:?}", late_200.first());
-    let writes: Vec<_> = pods
-        .writes(None)
-        .into_iter()
-        .filter(|w| w.at >= quiet_from)
-        .collect();
-    assert!(writes.is_empty(), "the Lease was written: {writes:?}");
-    let lease_after = pods.api.lease(LEASE).unwrap();
-    assert_eq!(
-        lease_before["metadata"]["resourceVersion"], lease_after["metadata"]["resourceVersion"],
-        "not renewed"
-    );
-    assert_eq!(lease_holder(&lease_after), None, "released with the mark");
-    for name in names {
-        let probe = pods.sidecar(name).leader().await.unwrap();
-        assert_eq!(probe.status, 503);
-        assert_eq!(probe.body["collector_healthy"], false, "{name}");
-        assert_eq!(probe.body["holder"], serde_json::Value::Null, "{name}");
-        let failed = pods.health(name).count(500, failing, quiet_to);
-        assert!(failed >= FAILURES, "{name} was checked ({failed})");
+    let mut leaderless_from = broken_from;
+    let mut longest = Duration::ZERO;
+    for sample in &samples {
+        if sample.leading() {
+            leaderless_from = sample.sent;
+        }
+        longest = longest.max(sample.sent - leaderless_from);
     }
+    println!(
+        "MEASURE every collector broken: longest leaderless {longest:?} over {watch:?} (lease 4 s, grace 3 s)"
+    );
+    let bound = timing.lease + timing.lease + grace;
+    assert!(
+        longest < bound,
+        "leaderless for {longest:?} (bound {bound:?})\n{}",
+        pods.logs()
+    );
+    let mut terms: Vec<&str> = samples
+        .iter()
+        .filter(|s| s.leading())
+        .filter_map(|s| s.term.as_deref())
+        .collect();
+    terms.dedup();
+    assert!(
+        terms.len() >= 2,
+        "broken collectors still get their turns ({terms:?})\n{}",
+        pods.logs()
+    );
+    // Each leader released after the grace: its collector never passed.
+    let released = pods
+        .sidecars
+        .iter()
+        .filter(|s| s.log().contains("did not pass its health check within"))
+        .count();
+    assert!(released >= 1, "{}", pods.logs());
 
-    // One collector recovers: its instance contends again and leads, after
-    // (never before) its endpoint first passed again.
-    let recovering = names.iter().copied().find(|n| *n != leader).unwrap();
+    // One collector recovers: at the next release it takes the Lease at once
+    // (the broken ones stand back) and keeps it.
+    let recovering = "b";
     let recovered = pods.health(recovering).set(200);
     let led = pods
         .sidecar(recovering)
-        .wait_leading(timing.lease * 2)
+        .wait_for(timing.lease * 4, |p| p.leading())
         .await;
-    assert_ne!(led.term(), Some(old_term.as_str()), "a new term");
+    let term = led.term().unwrap().to_owned();
     let first_pass = pods
         .health(recovering)
         .answers()
@@ -339,53 +347,184 @@ async fn when_every_collector_is_unhealthy_nobody_leads_until_one_recovers() {
         .find(|(at, status)| *at >= recovered && *status == 200)
         .unwrap()
         .0;
-    let acquire = pods
-        .writes(Some(recovering))
-        .into_iter()
-        .find(|w| w.at >= quiet_from)
-        .unwrap();
-    assert!(
-        acquire.at > first_pass,
-        "acquired after the collector passed"
-    );
-    // The old leader's collector recovers too: it follows the new leader.
-    pods.health(&leader).set(200);
-    pods.sidecar(&leader)
-        .wait_for(timing.lease, |p| {
-            p.body["collector_healthy"] == true && p.holder() == Some(recovering)
-        })
-        .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(first_pass >= recovered);
+    tokio::time::sleep(grace * 2).await;
+    let probe = pods.sidecar(recovering).leader().await.unwrap();
+    assert!(probe.leading(), "keeps it: {}", pods.logs());
+    assert_eq!(probe.term(), Some(term.as_str()), "the same term");
     pods.monitor.assert_no_overlap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_collector_that_never_passed_its_check_is_not_led_for() {
+async fn a_leader_whose_collector_does_not_pass_within_the_grace_releases_for_a_working_peer() {
     let timing = Timing::FAST;
-    // Status 0: the endpoint closes every connection without an answer.
-    let pods = Pods::start("health-never-up", &["a"], timing, 0, &[]).await;
-    let sidecar = pods.sidecar("a");
-    tokio::time::sleep(timing.lease + timing.retry).await;
-    let probe = sidecar.leader().await.unwrap();
-    assert_eq!(probe.status, 503);
-    assert_eq!(probe.body["collector_healthy"], false);
-    assert!(pods.monitor.samples().iter().all(|s| !s.leading()));
-    assert!(pods.writes(Some("a")).is_empty(), "no acquisition attempt");
-    assert!(
-        sidecar.admin_get("/readyz").await.unwrap().status == 200,
-        "ready: the API server answered"
-    );
+    let grace = Duration::from_secs(3);
+    // Status 0: the endpoint closes every connection without an answer, as
+    // before the collector started.
+    let pods = Pods::start(
+        "health-grace",
+        &["a", "b"],
+        timing,
+        0,
+        &["--collector-health-grace", "3s"],
+    )
+    .await;
+    // Nobody's collector has passed, yet one contends and leads.
+    let (leader, probe) = pods.wait_leader(timing.lease * 2).await;
+    let peer = if leader == "a" { "b" } else { "a" };
+    let term = probe.term().unwrap().to_owned();
+    let led_at = Instant::now();
+    pods.health(peer).set(200);
 
-    let up = pods.health("a").set(200);
-    sidecar.wait_leading(timing.lease * 2).await;
-    let first_pass = pods
-        .health("a")
-        .answers()
+    let (mut stream, _) = subscribe(pods.sidecar(&leader)).await;
+    let stopped = stream
+        .next_of("stopped-leading", grace * 3)
+        .await
+        .unwrap_or_else(|| panic!("the leader kept the lease\n{}", pods.logs()));
+    assert_eq!(stopped.data["reason"], "collector-unhealthy");
+    assert_eq!(stopped.term(), Some(term.as_str()));
+    assert!(
+        stopped.at >= led_at + grace - timing.retry,
+        "kept for the grace: stopped {:?} after leading",
+        stopped.at - led_at
+    );
+    let new = pods.sidecar(peer).wait_leading(timing.lease).await;
+    assert_ne!(new.term(), Some(term.as_str()));
+    assert!(
+        pods.sidecar(&leader)
+            .log()
+            .contains("did not pass its health check within --collector-health-grace")
+    );
+    // The old leader's collector is known broken now: it stands back while
+    // the peer leads, and makes no write.
+    let quiet_from = Instant::now();
+    tokio::time::sleep(timing.lease * 2).await;
+    let writes: Vec<_> = pods
+        .writes(Some(&leader))
         .into_iter()
-        .find(|(at, status)| *at >= up && *status == 200)
-        .unwrap()
-        .0;
-    let create = pods.writes(Some("a")).into_iter().next().unwrap();
-    assert_eq!(create.verb, Verb::Create);
-    assert!(create.at > first_pass, "created after the first pass");
+        .filter(|w| w.at >= quiet_from)
+        .collect();
+    assert!(writes.is_empty(), "wrote while standing back: {writes:?}");
+    assert!(pods.sidecar(peer).leader().await.unwrap().leading());
+    pods.monitor.assert_no_overlap();
+}
+
+/// The first of `sidecars` seen leading, with its answer.
+async fn wait_any_leader<'a>(sidecars: &[&'a Sidecar], within: Duration) -> (&'a Sidecar, Probe) {
+    let deadline = Instant::now() + within;
+    loop {
+        for sidecar in sidecars {
+            if let Some(probe) = sidecar.leader().await
+                && probe.leading()
+            {
+                return (sidecar, probe);
+            }
+        }
+        let logs: Vec<String> = sidecars.iter().map(|s| s.log()).collect();
+        assert!(Instant::now() < deadline, "nobody led\n{}", logs.join("\n"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A collector stand-in for `leader-gate exec`: answers 200 to every
+/// request on 127.0.0.1:`$PORT` and appends `start`/`stop` lines like
+/// [`gate_clients::COLLECTOR`] to `$LOG`.
+const HTTP_COLLECTOR: &str = r#"
+import http.server, os, signal, sys, time
+def note(what):
+    with open(os.environ["LOG"], "a") as log:
+        log.write(f"{what} {os.environ['NAME']} {os.environ.get('LEADER_GATE_TERM')} {time.time():.6f} {os.getpid()}\n")
+def stop(*_):
+    note("stop")
+    os._exit(0)
+signal.signal(signal.SIGTERM, stop)
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+    def log_message(self, *_):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Ok)
+note("start")
+server.serve_forever()
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_exec_one_instance_leads_and_its_collector_runs_and_passes() {
+    let timing = Timing::FAST;
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("health-exec");
+    let log = ChildLog(dir.join("children.log"));
+    let mut pods = Vec::new();
+    for name in ["a", "b"] {
+        // Each pod's collector on a port of its own, as in its own network
+        // namespace; it answers only while `exec` runs it, on the leader.
+        let port = free_local_addr().port().to_string();
+        let health = format!("http://127.0.0.1:{port}/");
+        let sidecar = Sidecar::spawn_with(
+            &api,
+            &dir,
+            name,
+            timing,
+            &[
+                "--collector-health-url",
+                &health,
+                "--collector-health-grace",
+                "3s",
+            ],
+        );
+        sidecar.wait_serving().await;
+        let url = format!("http://{}", sidecar.gate);
+        let exec = GateClient::spawn(
+            &dir,
+            &format!("exec-{name}"),
+            &[
+                "exec",
+                "--url",
+                &url,
+                "--grace",
+                "1s",
+                "--",
+                "python3",
+                "-c",
+                HTTP_COLLECTOR,
+            ],
+            &[
+                ("NAME", name),
+                ("PORT", &port),
+                ("LOG", log.0.to_str().unwrap()),
+            ],
+        );
+        pods.push((sidecar, exec));
+    }
+    let sidecars: Vec<&Sidecar> = pods.iter().map(|(s, _)| s).collect();
+    let (leader, probe) = wait_any_leader(&sidecars, timing.lease * 3).await;
+    let term = probe.term().unwrap().to_owned();
+    let started = log
+        .wait_for(timing.lease, |e| e.what == "start" && e.name == leader.name)
+        .await;
+    assert_eq!(started.term, term, "the child runs in the leader's term");
+    // Its check passes once the child serves, within the grace.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !leader
+        .log()
+        .contains("the collector passes its health check")
+    {
+        assert!(Instant::now() < deadline, "{}", leader.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Long past the grace, the same term: the check passes, so the leader
+    // keeps the Lease, and the follower's collector never ran.
+    tokio::time::sleep(Duration::from_secs(3) * 3).await;
+    let probe = leader.leader().await.unwrap();
+    assert!(probe.leading(), "{}", leader.log());
+    assert_eq!(probe.term(), Some(term.as_str()));
+    let follower = sidecars.iter().find(|s| s.name != leader.name).unwrap();
+    let follower_probe = follower.leader().await.unwrap();
+    assert_eq!(follower_probe.holder(), Some(leader.name.as_str()));
+    let runs = log.intervals();
+    assert_eq!(runs.len(), 1, "one child, the leader's: {runs:?}");
+    log.assert_never_two_at_once();
 }

@@ -682,7 +682,11 @@ async fn a_candidate_started_without_an_api_server_serves_and_leads_once_it_appe
     tokio::time::sleep(Duration::from_secs(4)).await;
     let warned = |log: &str| {
         log.lines()
-            .filter(|l| l.contains("WARN") && l.contains("does not answer watch requests"))
+            .filter(|l| {
+                l.contains("WARN")
+                    && l.contains("cannot reach the API server at")
+                    && l.contains("for watch requests")
+            })
             .count()
     };
     assert_eq!(warned(&sidecar.log()), 1, "log:\n{}", sidecar.log());

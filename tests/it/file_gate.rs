@@ -435,14 +435,38 @@ async fn sigterm_of_the_file_gate_removes_dst_then_exits_0() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_file_gate_restarted_after_its_own_sigkill_removes_the_stale_copy_first() {
+async fn sigkill_of_the_file_gate_removes_its_copy_at_once() {
+    let (_api, mut pods) = start("fg-sigkill-guard", &["a"], Setup::default()).await;
+    let pod = &mut pods[0];
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    let (n, _) = pod.dst(1, true, TIMING.lease).await;
+
+    // Its guard sees it die and removes the copy while the pod still leads.
+    let killed = Instant::now();
+    pod.gate.signal(libc::SIGKILL);
+    let (_, gone) = pod.dst(n + 1, false, SECOND).await;
+    let took = gone.at.saturating_duration_since(killed);
+    println!(
+        "MEASURE file-gate SIGKILL to copy removed: {:.1} ms",
+        took.as_secs_f64() * 1000.0
+    );
+    assert!(took < Duration::from_millis(100), "removed after {took:?}");
+    pod.gate.wait_exit(SECOND * 5).await.expect("killed");
+    assert!(pod.sidecar.leader().await.is_some_and(|p| p.leading()));
+    assert!(!pod.dst.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_gate_restarted_after_its_container_was_killed_removes_the_stale_copy_first() {
     let (api, mut pods) = start("fg-sigkill-gate", &["a"], Setup::default()).await;
     let pod = &mut pods[0];
     pod.expect("started-leading", TIMING.lease * 2).await;
     pod.dst(1, true, TIMING.lease).await;
 
-    // SIGKILL while leading leaves the file: nothing is left to remove it.
-    pod.gate.signal(libc::SIGKILL);
+    // The gate and its guard killed at once (a gate that is its
+    // container's PID 1, a group OOM kill) leave the file: nothing is left
+    // to remove it.
+    pod.gate.kill_with_its_children();
     pod.gate.wait_exit(SECOND * 5).await.expect("killed");
     pod.renewals(2).await;
     assert!(pod.dst.exists(), "nobody removed it");
@@ -461,9 +485,9 @@ async fn a_file_gate_restarted_after_its_own_sigkill_removes_the_stale_copy_firs
         "removal, then the copy:\n{log}"
     );
 
-    // SIGKILL again, then the pod stops leading while no gate runs: the
+    // Killed again, then the pod stops leading while no gate runs: the
     // stale copy stays until a new gate removes it at start-up.
-    pod.gate.signal(libc::SIGKILL);
+    pod.gate.kill_with_its_children();
     pod.gate.wait_exit(SECOND * 5).await.expect("killed");
     api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
     pod.expect("stopped-leading", SECOND * 2).await;

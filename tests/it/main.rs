@@ -19,9 +19,12 @@ mod gates;
 mod half_close;
 mod http_abuse;
 mod lease_protection;
+
 mod logging;
+mod outage;
 mod prometheus;
 mod prometheus_gates;
 mod rbac_and_events;
+mod routing;
 mod safe_defaults;
 mod successor;

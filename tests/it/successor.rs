@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::fake_apiserver::{FakeApiServer, RequestRecord, Verb, lease_holder};
+use support::fake_apiserver::{FakeApiServer, Fault, FaultKind, RequestRecord, Verb, lease_holder};
 use support::monitor::Monitor;
 use support::sidecar::{Sidecar, Timing, test_dir};
 
@@ -319,4 +319,149 @@ async fn a_hand_over_to_a_stopped_pod_never_makes_two_leaders() {
     monitor.assert_no_overlap();
     let holder = lease_holder(&lease(&api));
     assert_eq!(holder.as_deref(), Some(new.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_by_a_user_without_list_or_watch_succeeds_by_reading_the_lease() {
+    let (api, sidecars, monitor) = start("successor-no-watch", &["a", "b", "c"]).await;
+    let (leader, named) = settled(&api, &sidecars).await;
+    // The candidates keep their rights; the operator may get and update the
+    // Lease, but neither list nor watch it.
+    for sidecar in &sidecars {
+        api.set_admin(&sidecar.name, true);
+    }
+    api.set_role(
+        api.role()
+            .without("coordination.k8s.io", "leases", "list")
+            .without("coordination.k8s.io", "leases", "watch"),
+    );
+    let target = ["a", "b", "c"]
+        .into_iter()
+        .find(|n| *n != leader && *n != named)
+        .unwrap();
+    let output = handover(
+        &api,
+        &test_dir("successor-no-watch"),
+        &["--to", target, "--timeout", "10s"],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{output:?}: {stderr}");
+    assert_eq!(
+        stdout.trim(),
+        format!("{target} holds lease {NAMESPACE}/{LEASE}")
+    );
+    // The first watch error is said at once, naming what is missing, and
+    // the fallback that took its place.
+    let said = stderr
+        .lines()
+        .find(|l| l.contains("cannot watch lease"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        said.contains(&format!(
+            "may not list leases.coordination.k8s.io in namespace {NAMESPACE}"
+        )),
+        "{said}"
+    );
+    assert!(said.contains("reading it every 2s instead"), "{said}");
+    assert_eq!(
+        stderr.matches("cannot watch").count(),
+        1,
+        "said once: {stderr}"
+    );
+    assert_eq!(lease_holder(&lease(&api)).as_deref(), Some(target));
+    monitor.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_request_replaced_by_another_says_so() {
+    let (api, sidecars, monitor) = start("successor-two-requests", &["a", "b", "c"]).await;
+    let (leader, _) = settled(&api, &sidecars).await;
+    let mut others = ["a", "b", "c"].into_iter().filter(|n| *n != leader);
+    let (first, second) = (others.next().unwrap(), others.next().unwrap());
+    let dir = test_dir("successor-two-requests");
+    let kubeconfig = api.write_kubeconfig("operator", &dir);
+    let one = tokio::process::Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args([
+            "handover",
+            "--lease-name",
+            LEASE,
+            "--lease-namespace",
+            NAMESPACE,
+        ])
+        .args(["--to", first])
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run leader-gate handover");
+    // Once the first request is in the Lease, a second one replaces it
+    // while the leader still waits out its gate lag.
+    wait_until("the first request is in the lease", TIMING.lease, || {
+        let annotations = lease(&api)["metadata"]["annotations"].clone();
+        (annotations["leader-gate.dev/handover-to"] == first).then_some(())
+    })
+    .await;
+    let two = handover(&api, &dir, &["--to", second]);
+    let one = one
+        .wait_with_output()
+        .await
+        .expect("the first handover ends");
+    let (stdout_one, stdout_two) = (
+        String::from_utf8_lossy(&one.stdout),
+        String::from_utf8_lossy(&two.stdout),
+    );
+    assert!(two.status.success(), "{two:?}");
+    assert_eq!(
+        stdout_two.trim(),
+        format!("{second} holds lease {NAMESPACE}/{LEASE}")
+    );
+    assert!(one.status.success(), "{one:?}");
+    assert_eq!(
+        stdout_one.trim(),
+        format!(
+            "{second} holds lease {NAMESPACE}/{LEASE} (another hand-over request, to {second}, replaced this one)"
+        ),
+        "{}",
+        String::from_utf8_lossy(&one.stderr)
+    );
+    monitor.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_whose_api_server_does_not_answer_gives_up_within_the_timeout() {
+    let (api, sidecars, _monitor) = start("successor-no-answer", &["a", "b"]).await;
+    let (leader, _) = wait_leader(&sidecars, "", TIMING.lease * 3).await;
+    let target = if leader == "a" { "b" } else { "a" };
+    let dir = test_dir("successor-no-answer");
+    let kubeconfig = api.write_kubeconfig("operator", &dir);
+    api.set_fault("operator", Fault::on(&[Verb::Get], FaultKind::Hang));
+    let started = Instant::now();
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args([
+            "handover",
+            "--lease-name",
+            LEASE,
+            "--lease-namespace",
+            NAMESPACE,
+        ])
+        .args(["--to", target, "--timeout", "2s"])
+        .env("KUBECONFIG", &kubeconfig)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("bounded by --timeout")
+        .expect("run leader-gate handover");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(took < Duration::from_secs(4), "gave up after {took:?}");
+    assert!(
+        stderr.contains(&format!(
+            "no answer from the API server within --timeout 2s (reading lease {NAMESPACE}/{LEASE})"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(lease_holder(&lease(&api)).as_deref(), Some(leader.as_str()));
 }

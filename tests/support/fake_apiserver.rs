@@ -8,7 +8,8 @@
 //! 410 `Expired`, streaming lists, RBAC 403s of a least-privilege Role and 401s for bad
 //! tokens. It also takes core/v1 Events (`POST /api/v1/namespaces/{ns}/events`, see
 //! [`FakeApiServer::events`]). On top of that, tests can inject faults per client (see
-//! [`Fault`]).
+//! [`Fault`]), or take the whole endpoint away: refusing connections
+//! ([`FakeApiServer::shutdown`]) or black-holed ([`FakeApiServer::black_hole`]).
 //!
 //! The server runs on its own thread with its own tokio runtime, so it keeps serving
 //! whatever the test's runtime does (current-thread, blocked on a child process, ...).
@@ -70,6 +71,7 @@
 #![allow(dead_code)]
 
 mod core_events;
+mod endpoint_slices;
 mod handler;
 mod http;
 mod rbac;
@@ -94,6 +96,7 @@ use tokio::sync::{oneshot, watch as tokio_watch};
 use tokio::task::JoinHandle;
 
 use core_events::Events;
+use endpoint_slices::EndpointSlices;
 use store::Store;
 
 /// The resources the server serves.
@@ -103,6 +106,8 @@ pub enum Resource {
     Leases,
     /// core/v1 Events: `/api/v1/namespaces/{ns}/events` (only `create` is served).
     Events,
+    /// discovery.k8s.io/v1 EndpointSlices: get, update, create, delete, list by name.
+    EndpointSlices,
 }
 
 impl Resource {
@@ -111,6 +116,7 @@ impl Resource {
         match self {
             Resource::Leases => "coordination.k8s.io",
             Resource::Events => "",
+            Resource::EndpointSlices => endpoint_slices::GROUP,
         }
     }
 
@@ -119,6 +125,7 @@ impl Resource {
         match self {
             Resource::Leases => "leases",
             Resource::Events => "events",
+            Resource::EndpointSlices => endpoint_slices::RESOURCE,
         }
     }
 }
@@ -289,6 +296,7 @@ struct State {
     role: Role,
     /// core/v1 Events created through the API.
     events: Events,
+    endpoint_slices: EndpointSlices,
     faults: HashMap<String, Vec<Fault>>,
     watch_lag: HashMap<String, Duration>,
     bookmark_interval: Duration,
@@ -300,6 +308,8 @@ struct State {
 struct Listening {
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
+    /// Connections are accepted and never answered ([`FakeApiServer::black_hole`]).
+    black_hole: bool,
 }
 
 /// The shared server state; tasks on the server's runtime hold an `Arc` of it.
@@ -473,6 +483,7 @@ impl FakeApiServer {
                 clients: HashMap::new(),
                 role: Role::from_repository_manifest(lease_name),
                 events: Events::default(),
+                endpoint_slices: EndpointSlices::default(),
                 faults: HashMap::new(),
                 watch_lag: HashMap::new(),
                 bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
@@ -530,16 +541,72 @@ impl FakeApiServer {
         }
     }
 
+    /// The API server's address becomes a black hole, as behind a dead load balancer or a
+    /// dropped route: every open connection is dropped, new ones are accepted and never
+    /// answered (clients see their own timeouts), for every client. [`restart`](Self::restart)
+    /// serves again; [`shutdown`](Self::shutdown) makes the port refuse connections instead.
+    pub async fn black_hole(&self) {
+        self.shutdown().await;
+        let inner = self.inner().clone();
+        let mut listening = inner.listening.lock().await;
+        let listener = self.bind(&inner).await;
+        let (stop, mut stop_rx) = oneshot::channel::<()>();
+        let task = inner.rt.spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                tokio::select! {
+                    _ = &mut stop_rx => break,
+                    accepted = listener.accept() => {
+                        if let Ok((stream, _)) = accepted {
+                            held.push(stream);
+                        }
+                    }
+                }
+            }
+        });
+        *listening = Some(Listening {
+            stop,
+            task,
+            black_hole: true,
+        });
+    }
+
     /// (Re)starts listening on [`addr`](Self::addr) with the same store, clients and faults:
-    /// the API server comes back after [`shutdown`](Self::shutdown), or comes up for the
-    /// first time for a server made by [`new_offline`](Self::new_offline). No-op if already
-    /// listening. Panics if the address cannot be bound.
+    /// the API server comes back after [`shutdown`](Self::shutdown) or
+    /// [`black_hole`](Self::black_hole), or comes up for the first time for a server made by
+    /// [`new_offline`](Self::new_offline). No-op if already serving. Panics if the address
+    /// cannot be bound.
     pub async fn restart(&self) {
+        if self
+            .inner()
+            .listening
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(|l| l.black_hole)
+        {
+            self.shutdown().await;
+        }
         let inner = self.inner().clone();
         let mut listening = inner.listening.lock().await;
         if listening.is_some() {
             return;
         }
+        let listener = self.bind(&inner).await;
+        let (stop, stop_rx) = oneshot::channel();
+        let task = inner
+            .rt
+            .spawn(handler::accept_loop(inner.clone(), listener, stop_rx));
+        *listening = Some(Listening {
+            stop,
+            task,
+            black_hole: false,
+        });
+    }
+
+    /// Binds [`addr`](Self::addr) on the server's runtime (the first time: a port the
+    /// kernel picks, remembered).
+    async fn bind(&self, inner: &Arc<Inner>) -> TcpListener {
         let addr = self.addr();
         let bind = inner.rt.spawn(async move {
             let socket = if addr.is_ipv4() {
@@ -557,11 +624,7 @@ impl FakeApiServer {
             .unwrap_or_else(|e| panic!("fake apiserver cannot listen on {addr}: {e}"));
         let local = listener.local_addr().expect("local_addr");
         *inner.addr.lock().unwrap_or_else(|e| e.into_inner()) = local;
-        let (stop, stop_rx) = oneshot::channel();
-        let task = inner
-            .rt
-            .spawn(handler::accept_loop(inner.clone(), listener, stop_rx));
-        *listening = Some(Listening { stop, task });
+        listener
     }
 
     // ----- clients and tokens -----
@@ -800,6 +863,36 @@ impl FakeApiServer {
         self.inner().lock().events.all()
     }
 
+    // ----- EndpointSlices -----
+
+    /// Creates an EndpointSlice in the server's namespace as an admin would (`kubectl
+    /// apply` of a shipped manifest); panics if it is invalid or exists.
+    pub fn create_endpoint_slice(&self, obj: Value) -> Value {
+        let inner = self.inner();
+        let mut st = inner.lock();
+        let State {
+            store,
+            endpoint_slices,
+            ..
+        } = &mut *st;
+        endpoint_slices
+            .create(store, &inner.namespace, obj)
+            .unwrap_or_else(|e| panic!("create_endpoint_slice: {}", e.body))
+    }
+
+    /// The EndpointSlice `name` of the server's namespace, as stored.
+    pub fn endpoint_slice(&self, name: &str) -> Option<Value> {
+        let inner = self.inner();
+        let st = inner.lock();
+        st.endpoint_slices.get(&inner.namespace, name).ok()
+    }
+
+    /// Every version of every EndpointSlice stored so far, oldest first, with when it
+    /// was stored.
+    pub fn endpoint_slice_history(&self) -> Vec<(Instant, Value)> {
+        self.inner().lock().endpoint_slices.history()
+    }
+
     // ----- faults -----
 
     /// Sets a fault for `client`: it replaces the client's fault for the verbs it covers
@@ -919,6 +1012,18 @@ impl FakeApiServer {
             watch_events: watch::EVENTS_SENT.load(Relaxed),
             bookmarks: watch::BOOKMARKS_SENT.load(Relaxed),
         }
+    }
+
+    /// How many requests each client sent with their head received in `[from, to)`, by
+    /// client (`""`: no valid token): the load a candidate puts on the server over time.
+    pub fn requests_per_client(&self, from: Instant, to: Instant) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for record in self.inner().lock().log.iter() {
+            if record.at >= from && record.at < to {
+                *counts.entry(record.client.clone()).or_insert(0) += 1;
+            }
+        }
+        counts
     }
 
     /// Forgets the request log.

@@ -12,7 +12,9 @@
 //! fence). Each DST is removed the moment leadership ends or can no longer be
 //! confirmed — also when the sidecar dies without a word, since validity
 //! then runs out — and at start-up, before anything else (a stale copy from
-//! a killed run), and on SIGTERM/SIGINT. With `--reload-url` one HTTP POST
+//! a killed run), and on SIGTERM/SIGINT. If the gate itself is killed
+//! (SIGKILL, OOM), a [`death_guard`](crate::client::death_guard) removes the
+//! copies within milliseconds. With `--reload-url` one HTTP POST
 //! follows every change, in order (Prometheus `/-/reload`, Fluent Bit,
 //! Vector); it is sent from a task of its own, so a collector slow to answer
 //! never delays a removal.
@@ -31,6 +33,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::client::death_guard::{Guard, OnDeath};
 use crate::client::feed::Feed;
 use crate::client::url::GateUrl;
 use writer::{Changed, Disk, RealDisk, Writer};
@@ -117,6 +120,7 @@ pub async fn run(options: FileGateOptions) {
     {
         reload(url).await;
     }
+    let guard = guard(&gate.options.mappings);
     let mut feed = Feed::new(gate.options.url.clone());
     loop {
         // Writes go to the writer threads; a removal happens here and now.
@@ -137,6 +141,10 @@ pub async fn run(options: FileGateOptions) {
     }
     if gate.remove_all("shutting down") {
         reloader.changed();
+    }
+    // Removed here: the guard has nothing left to do.
+    if let Some(guard) = guard {
+        guard.dismiss();
     }
     gate.finish().await;
     reloader.finish().await;
@@ -277,6 +285,26 @@ fn parent(path: &Path) -> &Path {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
+    }
+}
+
+/// A [`death_guard`](crate::client::death_guard) that unlinks every DST
+/// (and its temporary file) if this process is killed: a SIGKILLed or
+/// OOM-killed gate must not leave a copy behind while a peer may lead.
+fn guard(mappings: &[Mapping]) -> Option<Guard> {
+    let paths: Vec<PathBuf> = mappings
+        .iter()
+        .flat_map(|m| [m.dst.clone(), m.temporary()])
+        .collect();
+    let paths: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    match Guard::spawn(OnDeath::Unlink(&paths)) {
+        Ok(guard) => Some(guard),
+        Err(error) => {
+            log(&format!(
+                "cannot start the guard that removes the copies if this process is killed: {error}"
+            ));
+            None
+        }
     }
 }
 

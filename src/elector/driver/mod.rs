@@ -11,7 +11,8 @@
 //! A watch that fails is not left to resume quietly: the machine is told
 //! ([`Input::WatchInterrupted`]) and a fresh watch, which lists first, is
 //! started within a retry period, so the machine sees the Lease again as a
-//! whole before it creates anything (G7).
+//! whole before it creates anything (G7). While the API server itself fails
+//! (5xx, 429, no answer), the restarts back off instead ([`outage`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +32,10 @@ use crate::elector::lease_client::LeaseStore;
 use crate::elector::machine::{
     Action, Election, Input, Now, Purpose, Snapshot, StopReason, Write, WriteOp,
 };
+use outage::{Outage, Tally};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+mod outage;
 
 /// Restarts of the watch stream after a 401 or its end, in a row.
 const WATCH_RESTART: Backoff = Backoff {
@@ -114,10 +118,12 @@ pub async fn run(
     collector_health: Option<watch::Receiver<bool>>,
 ) {
     let _ended = EndOnDrop(heartbeat.clone());
+    let settings = election.settings();
+    let outage = Outage::new(settings.retry_period, settings.lease_duration);
     let mut driver = Driver {
         store,
         election,
-        publisher: Arc::new(publisher),
+        publisher: Arc::new(Tally::new(publisher, outage)),
         inflight: None,
         handled: Instant::now(),
         stepped_down_at: None,
@@ -141,7 +147,8 @@ pub async fn run(
 struct Driver {
     store: Arc<dyn LeaseStore>,
     election: Election,
-    publisher: Arc<dyn Outlet>,
+    /// The outlet, which also judges whether the API server is failing.
+    publisher: Arc<Tally>,
     /// The one request in flight, resolving to its input.
     inflight: Option<BoxFuture<'static, Input>>,
     /// The instant of the last input fed to the machine.
@@ -166,11 +173,24 @@ impl Driver {
         // Wake at least once per retry period so the heartbeat shows a live loop.
         let max_sleep = self.election.settings().retry_period;
         let mut silence = WatchSilence::default();
+        // The watch is being restarted after a wait (not yet listing).
+        let mut restarting = false;
         loop {
             heartbeat.beat();
+            if let Some(floor) = self.publisher.recovered()
+                && restarting
+            {
+                // The first answer after an outage: watch again now (or
+                // once a Retry-After passed) rather than at the end of a
+                // wait of up to a lease duration.
+                watch = self.restart_watch(floor);
+                restarting = false;
+            }
+            // Fallback reads pause while the API server fails: the watch's
+            // restarts find out when it is back.
             let read_at = silence
                 .read_due(max_sleep)
-                .filter(|_| self.inflight.is_none());
+                .filter(|_| self.inflight.is_none() && !self.publisher.outage_on());
             let cap = Instant::now() + max_sleep;
             let wake = self
                 .election
@@ -196,13 +216,17 @@ impl Driver {
                     Some(Ok(lease)) => {
                         restarts = 0;
                         errors = 0;
+                        restarting = false;
                         silence.heard();
+                        self.publisher.heard();
                         Input::Observed(lease)
                     }
                     Some(Err(ApiError::Unauthorized)) => {
+                        self.publisher.api_request("watch", Err(&ApiError::Unauthorized));
                         self.reload_credentials().await;
                         restarts += 1;
                         watch = self.restart_watch(auth_backoff(restarts));
+                        restarting = true;
                         Input::WatchInterrupted
                     }
                     Some(Err(error)) => {
@@ -210,12 +234,19 @@ impl Driver {
                         tracing::debug!(%error, "lease watch failed; a fresh one lists again");
                         silence.failed(&error);
                         errors += 1;
-                        watch = self.restart_watch(self.error_backoff(errors));
+                        let wait = if error.is_outage() {
+                            self.publisher.wait()
+                        } else {
+                            self.error_backoff(errors)
+                        };
+                        watch = self.restart_watch(wait);
+                        restarting = true;
                         Input::WatchInterrupted
                     }
                     None => {
                         restarts += 1;
                         watch = self.restart_watch(auth_backoff(restarts));
+                        restarting = true;
                         Input::WatchInterrupted
                     }
                 },
@@ -231,12 +262,17 @@ impl Driver {
 
     /// A GET in place of a watch that keeps failing: what it finds is an
     /// observation like the watch's (`why` is the watch's last error).
-    fn read_for(&self, why: Option<String>) -> BoxFuture<'static, Input> {
-        if let Some(why) = why {
-            tracing::warn!(
-                error = %why,
-                "the lease watch keeps failing: reading the lease every retry period instead (grant list and watch on the lease to go back to watching)"
-            );
+    fn read_for(&self, why: Option<ApiError>) -> BoxFuture<'static, Input> {
+        match why {
+            Some(error @ ApiError::Forbidden(_)) => tracing::warn!(
+                %error,
+                "the lease watch is denied: reading the lease every retry period instead (grant list and watch on the lease to go back to watching)"
+            ),
+            Some(error) => tracing::warn!(
+                %error,
+                "the lease watch keeps failing: reading the lease every retry period instead until it works again"
+            ),
+            None => {}
         }
         let get = self.store.get();
         let timeout = self.election.settings().renew_deadline / 2;
@@ -276,6 +312,7 @@ impl Driver {
     /// many requests as client-go's candidates make anyway (a GET per retry
     /// period each).
     fn error_backoff(&self, errors: u32) -> Duration {
+        // (While the API server itself fails, the outage's wait applies.)
         let retry = self.election.settings().retry_period;
         (retry / 4)
             .saturating_mul(1 << errors.clamp(1, 3).saturating_sub(1))
@@ -299,10 +336,7 @@ impl Driver {
 
     /// One turn: feed the input, publish, then act.
     async fn step(&mut self, input: Input) {
-        let why = match input {
-            Input::Release { .. } => "shutdown",
-            _ => "collector unhealthy",
-        };
+        let shutdown_release = matches!(input, Input::Release { .. });
         let now = now();
         let before = self.election.snapshot(now.instant);
         let (conflicts_before, _) = self.election.identity_conflicts();
@@ -310,10 +344,7 @@ impl Driver {
         self.handled = now.instant;
         self.report_identity_conflict(conflicts_before);
         let after = self.publish_now();
-        let why = match after.last_stop {
-            Some(StopReason::HandoverRequested) if why != "shutdown" => "handover requested",
-            _ => why,
-        };
+        let why = release_reason(shutdown_release, &after);
         if before.leading && !after.leading {
             self.stepped_down_at = Some(Instant::now());
         }
@@ -334,10 +365,20 @@ impl Driver {
                             Input::Written(Ok(_)) => {
                                 tracing::info!(why, "released the lease for a peer to take at once")
                             }
+                            // On shutdown the hand-over says what happens next.
+                            Input::Written(Err(_)) if shutdown_release => {}
+                            // The machine asks for a hand-over's release again
+                            // after its backoff; an unhealthy collector's is
+                            // sent once.
+                            Input::Written(Err(error)) if why == HANDOVER => tracing::warn!(
+                                why,
+                                %error,
+                                "could not release the lease for the hand-over; trying again after a backoff"
+                            ),
                             Input::Written(Err(error)) => tracing::warn!(
                                 why,
                                 %error,
-                                "could not release the lease (on shutdown, a 409 is retried from a fresh read); peers take it after it expires"
+                                "could not release the lease; peers take it after it expires"
                             ),
                             _ => {}
                         }
@@ -415,6 +456,12 @@ impl Driver {
     /// all within the shutdown timeout.
     async fn hand_over(&mut self, options: ShutdownOptions) {
         let deadline = Instant::now() + options.timeout;
+        let settings = self.election.settings();
+        // Our last renew was sent a renew deadline before the step-down
+        // deadline; peers count a lease duration from about then.
+        let expires = self.election.lead_deadline().map(|at| {
+            at.checked_sub(settings.renew_deadline).unwrap_or(at) + settings.lease_duration
+        });
         self.step(Input::Shutdown).await;
         if let Some(gates_closed) = self.gates_closed() {
             // The gates close on "not leading"; give them their lag, counted
@@ -445,37 +492,153 @@ impl Driver {
         if !options.release {
             return;
         }
-        // Nothing is in flight now: the machine releases the Lease if it is
-        // still ours, in what is left of the shutdown timeout (the write's
-        // own timeout), and the answer goes back to it like any other.
-        for _ in 0..RELEASE_ATTEMPTS {
+        self.release_until(deadline, expires).await;
+    }
+
+    /// Nothing is in flight now: the machine releases the Lease if it is
+    /// still ours, and the answer goes back to it like any other. A release
+    /// that failed for a reason that may pass — another write first (409),
+    /// throttling, a server error, no answer — is sent again from a fresh
+    /// read (the machine judges whether the record is still ours) while the
+    /// shutdown timeout allows: else the group would wait a whole expiry
+    /// for its next leader. `expires`: when peers see our record expire.
+    async fn release_until(&mut self, deadline: Instant, expires: Option<Instant>) {
+        // A request's own timeout, so a hung one leaves time for another.
+        let request_timeout = self.election.settings().renew_deadline / 2;
+        let mut failures = 0;
+        loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            self.step(Input::Release { timeout: left }).await;
+            self.step(Input::Release {
+                timeout: left.min(request_timeout),
+            })
+            .await;
             let Some(release) = self.inflight.take() else {
                 return;
             };
             let input = release.await;
-            let conflicted = matches!(input, Input::Written(Err(ApiError::Conflict(_))));
+            let error = match &input {
+                Input::Written(Err(error)) => Some(error.clone()),
+                _ => None,
+            };
             self.step(input).await;
-            if !conflicted {
+            let Some(error) = error else { return };
+            if matches!(error, ApiError::NotFound) {
+                tracing::info!("the lease was deleted before it could be released");
                 return;
             }
-            // Another write landed first — a follower's claim of the
-            // successor slot, a hand-over request, an annotation edit. The
-            // watch is no longer read here: read the record, and release
-            // again if it is still ours (the machine judges), rather than
-            // leave the group a whole expiry without a leader.
-            match timeout_at(deadline, self.store.get()).await {
-                Ok(Ok(lease)) => self.step(Input::Observed(lease)).await,
-                _ => return,
+            if !matches!(error, ApiError::Conflict(_)) && !error.is_outage() {
+                tracing::warn!(%error, "could not release the lease on shutdown; {}", left_to_expire(expires));
+                return;
+            }
+            failures += 1;
+            let wait = release_retry_wait(&error, failures);
+            if Instant::now() + wait >= deadline {
+                tracing::warn!(
+                    "could not release the lease on shutdown: {}, and the shutdown timeout leaves no time to try again; {}",
+                    release_failure(&error),
+                    left_to_expire(expires)
+                );
+                return;
+            }
+            if wait.is_zero() {
+                tracing::info!(
+                    "could not release the lease on shutdown: {}; retrying at once from a fresh read",
+                    release_failure(&error)
+                );
+            } else {
+                tracing::warn!(
+                    "could not release the lease on shutdown: {}, retrying after {:.1}s from a fresh read",
+                    release_failure(&error),
+                    wait.as_secs_f64()
+                );
+            }
+            sleep_until(Instant::now() + wait).await;
+            // The watch is no longer read here: read the record.
+            let left = deadline.saturating_duration_since(Instant::now());
+            match with_timeout(left.min(request_timeout), self.store.get()).await {
+                Ok(lease) => {
+                    self.publisher.api_request("get", Ok(()));
+                    self.step(Input::Observed(lease)).await;
+                }
+                Err(error) => {
+                    self.publisher.api_request("get", Err(&error));
+                    // Released on the record as last seen instead: the
+                    // compare-and-swap refuses it if that moved on.
+                    failures += 1;
+                    let wait = release_retry_wait(&error, failures);
+                    if Instant::now() + wait >= deadline {
+                        tracing::warn!(%error, "could not read the lease again on shutdown; {}", left_to_expire(expires));
+                        return;
+                    }
+                    sleep_until(Instant::now() + wait).await;
+                }
             }
         }
     }
 }
 
-/// A release answered 409 is retried from a fresh read this many times in
-/// all: each conflict is another write that landed first, rare at once.
-const RELEASE_ATTEMPTS: usize = 3;
+/// Before the next attempt to release on shutdown, after `failures` in a
+/// row: at once after a first 409 (another write landed first — a
+/// follower's claim of the successor slot, a hand-over request, an
+/// annotation edit), else the `Retry-After`, else a short backoff.
+fn release_retry_wait(error: &ApiError, failures: u32) -> Duration {
+    match error {
+        ApiError::Conflict(_) if failures == 1 => Duration::ZERO,
+        _ => error
+            .retry_after()
+            .unwrap_or_else(|| RELEASE_RETRY.delay(failures, fastrand::f64())),
+    }
+}
+
+/// A failed release in the words of the log.
+fn release_failure(error: &ApiError) -> String {
+    match error {
+        ApiError::TooManyRequests { .. } => "throttled (429)".to_owned(),
+        ApiError::Conflict(_) => "another write landed first (409)".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// Between attempts to release on shutdown, when the server named no wait:
+/// a quarter of a retry period doubling, within the few seconds the
+/// shutdown timeout leaves.
+const RELEASE_RETRY: Backoff = Backoff {
+    first: Duration::from_millis(250),
+    max: Duration::from_secs(2),
+    jitter: 0.2,
+};
+
+/// What the group waits for when our record stays: `expires` is when peers
+/// see it expire (a lease duration after our last renew), if we led.
+fn left_to_expire(expires: Option<Instant>) -> String {
+    match expires {
+        Some(at) => format!(
+            "the lease is left to expire: peers take over in about {:.1}s",
+            at.saturating_duration_since(Instant::now()).as_secs_f64()
+        ),
+        None => "the lease is left to expire: peers take over within a lease duration".to_owned(),
+    }
+}
+
+/// Why the machine asked for a release in a turn. It asks in three places
+/// only: on [`Input::Release`] (shutdown), for an unhealthy collector (only
+/// while it is unhealthy), and when asked to hand over (a hand-over
+/// request, or another identity in `spec.preferredHolder`; also after a
+/// term ended otherwise, e.g. at its renew deadline). How the last term
+/// ended is no guide by itself.
+fn release_reason(shutdown: bool, after: &Snapshot) -> &'static str {
+    if shutdown {
+        "shutdown"
+    } else if after.collector_healthy == Some(false)
+        && after.last_stop != Some(StopReason::HandoverRequested)
+    {
+        "collector unhealthy"
+    } else {
+        HANDOVER
+    }
+}
+
+const HANDOVER: &str = "handover requested";
 
 /// After `restarts` 401s or ends of the stream in a row: 1 s doubling to
 /// 30 s, jittered, so a persistent 401 cannot turn into a stream of LISTs.
@@ -542,7 +705,7 @@ fn log_transition(before: &Snapshot, after: &Snapshot, identity: &str) {
 #[derive(Debug, Default)]
 struct WatchSilence {
     failing_since: Option<Instant>,
-    last_error: Option<String>,
+    last_error: Option<ApiError>,
     /// When the last fallback read went out.
     read_at: Option<Instant>,
     /// The fallback was announced in this episode.
@@ -562,7 +725,7 @@ impl WatchSilence {
 
     fn failed(&mut self, error: &ApiError) {
         self.failing_since.get_or_insert_with(Instant::now);
-        self.last_error = Some(error.to_string());
+        self.last_error = Some(error.clone());
     }
 
     /// When the next fallback read is due, if the watch is failing.
@@ -575,7 +738,7 @@ impl WatchSilence {
     }
 
     /// A read goes out now; the first of an episode says why.
-    fn read(&mut self) -> Option<String> {
+    fn read(&mut self) -> Option<ApiError> {
         self.read_at = Some(Instant::now());
         (!std::mem::replace(&mut self.announced, true))
             .then(|| self.last_error.clone())

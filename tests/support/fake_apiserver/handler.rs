@@ -73,6 +73,7 @@ pub(super) struct Route {
 
 const PREFIX: &str = "/apis/coordination.k8s.io/v1/";
 const CORE_PREFIX: &str = "/api/v1/";
+const DISCOVERY_PREFIX: &str = "/apis/discovery.k8s.io/v1/";
 
 fn route(req: &Request) -> Route {
     let watch = req
@@ -88,6 +89,8 @@ fn route(req: &Request) -> Route {
         (Resource::Leases, rest)
     } else if let Some(rest) = req.path.strip_prefix(CORE_PREFIX) {
         (Resource::Events, rest)
+    } else if let Some(rest) = req.path.strip_prefix(DISCOVERY_PREFIX) {
+        (Resource::EndpointSlices, rest)
     } else {
         return other;
     };
@@ -400,6 +403,15 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
         };
     }
 
+    if resource == Resource::EndpointSlices {
+        let result = endpoint_slice_verb(inner, &route, &req, &ns, &path_name, name.as_deref());
+        let (code, headers, body) = match result {
+            Ok((code, body)) => (code, Vec::new(), body),
+            Err(e) => (e.code, e.headers, e.body),
+        };
+        return reply(inner, rec, w, code, &headers, &body, &req, drop_response).await;
+    }
+
     let result: Result<(u16, Value), ApiError> = match route.verb {
         Verb::Get => {
             let st = inner.lock();
@@ -534,6 +546,43 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
             } = e;
             reply(inner, rec, w, code, &headers, &body, &req, drop_response).await
         }
+    }
+}
+
+/// The EndpointSlice verbs (see `endpoint_slices`); RBAC has been checked.
+fn endpoint_slice_verb(
+    inner: &Inner,
+    route: &Route,
+    req: &Request,
+    ns: &str,
+    path_name: &str,
+    selected: Option<&str>,
+) -> Result<(u16, Value), ApiError> {
+    let mut st = inner.lock();
+    let super::State {
+        store,
+        endpoint_slices,
+        ..
+    } = &mut *st;
+    match route.verb {
+        Verb::Get => endpoint_slices.get(ns, path_name).map(|o| (200, o)),
+        Verb::List => Ok((200, endpoint_slices.list(store, ns, selected))),
+        Verb::Create => {
+            decode_body(req).and_then(|b| endpoint_slices.create(store, ns, b).map(|o| (201, o)))
+        }
+        Verb::Update => decode_body(req).and_then(|b| {
+            endpoint_slices
+                .update(store, ns, path_name, b)
+                .map(|o| (200, o))
+        }),
+        Verb::Delete => endpoint_slices.delete(ns, path_name).map(|o| {
+            let uid = o["metadata"]["uid"].as_str().unwrap_or("");
+            (200, status::delete_success(path_name, uid))
+        }),
+        Verb::Watch | Verb::Patch | Verb::Other => Err(status::method_not_allowed_on(
+            &req.method,
+            "endpointslices (fake apiserver)",
+        )),
     }
 }
 

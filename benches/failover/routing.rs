@@ -1,0 +1,179 @@
+//! Leader routing (`--route-service`): how long after a new leader's
+//! acquisition the EndpointSlice names it, how far ahead of the release a
+//! stepping-down leader leaves it, and how long the slice stays empty in a
+//! graceful hand-over (SIGTERM), on real processes.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::program::{DEFAULTS, LEASE, NAMESPACE};
+use crate::support::fake_apiserver::{FakeApiServer, PolicyRule, Resource, Role, Verb};
+use crate::support::sidecar::{Sidecar, test_dir};
+
+const SERVICE: &str = "bench";
+const SLICE: &str = "bench-leader";
+
+/// One graceful hand-over's figures.
+pub struct Round {
+    /// New leader's acquisition arrived → the slice version naming it stored.
+    pub named_after_acquisition: Duration,
+    /// The old leader left the slice this long before its release arrived.
+    pub left_before_release: Duration,
+    /// The slice named nobody for this long.
+    pub empty: Duration,
+}
+
+fn listed(slice: &Value) -> Vec<String> {
+    slice["endpoints"]
+        .as_array()
+        .map(|e| {
+            e.iter()
+                .map(|e| e["targetRef"]["name"].as_str().unwrap_or("?").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn api() -> FakeApiServer {
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let mut role = Role::from_repository_manifest(LEASE);
+    role.rules.push(PolicyRule::new(
+        &["discovery.k8s.io"],
+        &["endpointslices"],
+        &[SLICE],
+        &["get", "update"],
+    ));
+    api.set_role(role);
+    api.create_endpoint_slice(json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": SLICE, "labels": {"kubernetes.io/service-name": SERVICE}},
+        "addressType": "IPv4",
+        "endpoints": [],
+        "ports": [{"name": "metrics", "port": 9102, "protocol": "TCP"}],
+    }));
+    api
+}
+
+fn spawn(api: &FakeApiServer, dir: &std::path::Path, n: usize) -> Sidecar {
+    let ip = format!("10.244.{}.{}", n / 200, n % 200 + 10);
+    Sidecar::spawn_with(
+        api,
+        dir,
+        &format!("p{n}"),
+        DEFAULTS,
+        &[
+            "--route-service",
+            SERVICE,
+            "--pod-ip",
+            &ip,
+            "--gate-lag",
+            "1s",
+        ],
+    )
+}
+
+/// `rounds` graceful hand-overs in a group of three (defaults, gate lag 1 s).
+pub async fn run(rounds: usize) -> Vec<Round> {
+    let api = api().await;
+    let dir = test_dir("bench-routing");
+    let mut next = 0;
+    let mut sidecars: Vec<Sidecar> = (0..3)
+        .map(|_| {
+            next += 1;
+            spawn(&api, &dir, next - 1)
+        })
+        .collect();
+    for s in &sidecars {
+        s.wait_serving().await;
+    }
+    let mut out = Vec::new();
+    for _ in 0..rounds {
+        let leader = loop {
+            let mut found = None;
+            for (i, s) in sidecars.iter().enumerate() {
+                if s.leader().await.is_some_and(|p| p.leading()) {
+                    found = Some(i);
+                }
+            }
+            if let Some(i) = found {
+                break i;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let old = sidecars[leader].name.clone();
+        wait_listed(&api, &old).await;
+        let stopped_at = Instant::now();
+        let mut stopping = sidecars.remove(leader);
+        stopping.signal(libc::SIGTERM);
+        // The next leader, listed.
+        let new = loop {
+            let now = api
+                .endpoint_slice(SLICE)
+                .map(|s| listed(&s))
+                .unwrap_or_default();
+            if let [one] = now.as_slice()
+                && *one != old
+            {
+                break one.clone();
+            }
+            assert!(
+                stopped_at.elapsed() < DEFAULTS.lease * 2,
+                "no new leader listed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        stopping.wait_exit(Duration::from_secs(20)).await;
+        let requests = api.requests();
+        let lease_write = |who: &str, holder: Option<&str>| {
+            requests
+                .iter()
+                .filter(|r| r.at > stopped_at && r.client == who && r.verb == Verb::Update)
+                .filter(|r| r.resource == Some(Resource::Leases) && r.status == Some(200))
+                .find(|r| r.holder.as_deref() == holder)
+                .map(|r| r.at)
+                .expect("the lease write")
+        };
+        let released = lease_write(&old, None);
+        let acquired = lease_write(&new, Some(&new));
+        let history: Vec<(Instant, Value)> = api
+            .endpoint_slice_history()
+            .into_iter()
+            .filter(|(at, _)| *at > stopped_at)
+            .collect();
+        let left = history
+            .iter()
+            .find(|(_, v)| listed(v).is_empty())
+            .expect("the version without the old leader")
+            .0;
+        let named = history
+            .iter()
+            .find(|(_, v)| listed(v) == [new.clone()])
+            .expect("the version naming the new leader")
+            .0;
+        out.push(Round {
+            named_after_acquisition: named.saturating_duration_since(acquired),
+            left_before_release: released.saturating_duration_since(left),
+            empty: named.saturating_duration_since(left),
+        });
+        assert!(
+            left < released,
+            "the old leader was still listed at its release"
+        );
+        next += 1;
+        let fresh = spawn(&api, &dir, next - 1);
+        fresh.wait_serving().await;
+        sidecars.push(fresh);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    out
+}
+
+async fn wait_listed(api: &FakeApiServer, pod: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while api.endpoint_slice(SLICE).map(|s| listed(&s)) != Some(vec![pod.to_string()]) {
+        assert!(Instant::now() < deadline, "{pod} never listed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
