@@ -27,6 +27,10 @@
 //! binary; by default `bench-peer/target/release/klm-gate` if it is built,
 //! else the peer rows are skipped with a note.
 //!
+//! `herd1000`, `herd5000` (`herd` names both; by name only): hand-overs
+//! with no successor named — a graceful stop and a crash — among that many
+//! candidates, with the 409s each costs (see `herd.rs`).
+//!
 //! `swarm10`, `swarm1000`, `swarm5000`: the scale rows of issue 13 (steady
 //! load, graceful stop, expiry with the successor alive and dead, operator
 //! hand-over, each with its writes and conflicts), many candidates in this
@@ -45,6 +49,7 @@ mod support;
 mod day;
 mod fanout;
 mod group;
+mod herd;
 mod latency;
 mod load;
 mod outage;
@@ -294,6 +299,16 @@ fn main() {
             }
         }
         swarm::print(&swarms, &mut table);
+        // The herd before a successor is named: asked for by name only.
+        let mut herds = Vec::new();
+        for size in [1000usize, 5000] {
+            let name = format!("herd{size}");
+            if opts.only.iter().any(|o| *o == name || o == "herd") {
+                note(&name);
+                herds.push(herd::run(size, swarm_rounds, &note).await);
+            }
+        }
+        herd::print(&herds, &mut table);
         // Two minutes a round: asked for by name only.
         let outage_run = if opts.named("outage") {
             note("outage");
@@ -333,6 +348,7 @@ fn main() {
         );
         table.print();
         swarm::print_writes(&swarms);
+        herd::print_conflicts(&herds);
         fanout::print(&fanouts);
         if let Some(outage_run) = &outage_run {
             outage::print(outage_run);

@@ -58,6 +58,8 @@ pub struct Swarm {
     timing: Timing,
     members: Vec<Member>,
     next: usize,
+    /// `--successor-claim-window` of every candidate (default: the default).
+    claim_window: Option<Duration>,
 }
 
 fn kubeconfig_yaml(api: &FakeApiServer, client: &str) -> String {
@@ -73,6 +75,11 @@ fn kubeconfig_yaml(api: &FakeApiServer, client: &str) -> String {
 
 impl Swarm {
     pub async fn start(size: usize, timing: Timing) -> Swarm {
+        Self::start_with(size, timing, None).await
+    }
+
+    /// With every candidate's claim window set to `claim_window`.
+    pub async fn start_with(size: usize, timing: Timing, claim_window: Option<Duration>) -> Swarm {
         // Two threads, as a real API server answers a write while it fans
         // an event out (one thread would queue the successor's write behind
         // 5,000 watch writes).
@@ -83,6 +90,7 @@ impl Swarm {
             timing,
             members: Vec::new(),
             next: 0,
+            claim_window,
         };
         while swarm.members.len() < size {
             let n = BATCH.min(size - swarm.members.len());
@@ -123,9 +131,13 @@ impl Swarm {
         let metrics = Arc::new(Metrics::new(NAMESPACE, LEASE));
         let (publisher, state) = Publisher::new(events, metrics);
         let stop = CancellationToken::new();
+        let mut election = Election::new(settings, fastrand::u64(..));
+        if let Some(window) = self.claim_window {
+            election.set_successor_claim_window(window);
+        }
         let task = tokio::spawn(driver::run(
             Arc::new(store),
-            Election::new(settings, fastrand::u64(..)),
+            election,
             publisher,
             Heartbeat::new(),
             stop.clone(),
@@ -152,7 +164,7 @@ impl Swarm {
     }
 
     /// Holder (not released) and named successor, as the fake stores them.
-    fn lease(&self) -> (Option<String>, Option<String>) {
+    pub(crate) fn lease(&self) -> (Option<String>, Option<String>) {
         let Some(lease) = self.api.lease(LEASE) else {
             return (None, None);
         };
@@ -179,7 +191,7 @@ impl Swarm {
         }
     }
 
-    async fn holder_other_than(&self, old: &str, timeout: Duration) -> String {
+    pub(crate) async fn holder_other_than(&self, old: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         loop {
             if let (Some(h), _) = self.lease()
@@ -196,7 +208,7 @@ impl Swarm {
     }
 
     /// The next successful write of `name` arriving after `after`.
-    async fn wait_write(&self, name: &str, after: Option<Instant>) -> RequestRecord {
+    pub(crate) async fn wait_write(&self, name: &str, after: Option<Instant>) -> RequestRecord {
         loop {
             let mut writes = self.api.requests_of(name, Verb::Update);
             writes.extend(self.api.requests_of(name, Verb::Create));
@@ -211,7 +223,7 @@ impl Swarm {
     }
 
     /// The last successful write of `name` arriving before `before`.
-    fn last_write(&self, name: &str, before: Instant) -> RequestRecord {
+    pub(crate) fn last_write(&self, name: &str, before: Instant) -> RequestRecord {
         self.api
             .requests_of(name, Verb::Update)
             .into_iter()
@@ -233,7 +245,7 @@ impl Swarm {
     }
 
     /// Until every candidate's published state names `holder`.
-    async fn all_see(&self, holder: &str, timeout: Duration) -> Instant {
+    pub(crate) async fn all_see(&self, holder: &str, timeout: Duration) -> Instant {
         let deadline = Instant::now() + timeout;
         loop {
             let behind = self
@@ -251,7 +263,7 @@ impl Swarm {
 
     /// Edits an annotation no candidate reads and times the fake's writing
     /// of the event to every open watch.
-    async fn fake_fanout(&self) -> f64 {
+    pub(crate) async fn fake_fanout(&self) -> f64 {
         let n = self.api.open_watches(None) as u64;
         let before = self.api.traffic().watch_events;
         let t0 = Instant::now();
@@ -282,19 +294,26 @@ impl Swarm {
         })
     }
 
-    fn crash(&mut self, name: &str) {
+    pub(crate) fn crash(&mut self, name: &str) {
         let m = self.members.remove(self.index_of(name));
         m.task.abort();
     }
 
     /// SIGTERM's path; the task ends after its release.
-    async fn stop(&mut self, name: &str) {
+    pub(crate) async fn stop(&mut self, name: &str) {
         let m = self.members.remove(self.index_of(name));
         m.stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(15), m.task).await;
     }
 
-    async fn replace(&mut self, n: usize) {
+    /// Ends every candidate (the row is done).
+    pub(crate) fn abort_all(&mut self) {
+        for m in self.members.drain(..) {
+            m.task.abort();
+        }
+    }
+
+    pub(crate) async fn replace(&mut self, n: usize) {
         let before = self.api.open_watches(None);
         for _ in 0..n {
             self.spawn().await;
@@ -305,7 +324,7 @@ impl Swarm {
     /// Writes by candidates (not `except`) arriving in `[from, to]`:
     /// (successful, 409). The new holder's successful renews after its
     /// acquisition `acq` are the steady load, not the hand-over's.
-    fn writes(
+    pub(crate) fn writes(
         &self,
         from: Instant,
         to: Instant,
@@ -567,7 +586,7 @@ pub async fn run(
     row
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
@@ -680,7 +699,7 @@ pub fn print_writes(rows: &[Row]) {
     }
 }
 
-fn med(v: &[usize]) -> usize {
+pub(crate) fn med(v: &[usize]) -> usize {
     let mut v = v.to_vec();
     v.sort_unstable();
     v.get(v.len() / 2).copied().unwrap_or(0)

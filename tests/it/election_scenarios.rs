@@ -1081,6 +1081,100 @@ async fn two_processes_with_one_identity_never_both_answer_200() {
     twins_never_both_lead("twins", None, 2).await;
 }
 
+/// etcd restored from a snapshot without `--bump-revision` (the API servers
+/// restarted onto it): the Lease is back with its uid at an older
+/// resourceVersion than every candidate saw. The fresh watch's list, and a
+/// GET after a 409, are the server's truth: the group leads again on the
+/// restored history, with a conflict or two in all, not a 409 and a GET per
+/// candidate and retry period for as long as the processes live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_etcd_is_restored_to_an_older_resource_version_the_group_leads_again_without_a_409_loop()
+ {
+    let timing = Timing::FAST;
+    let cluster = Cluster::start("rv-restored", &["a", "b", "c"], timing).await;
+    let (leader, _) = cluster.wait_leader(timing.lease * 3).await;
+    let rv = |api: &FakeApiServer| -> u64 {
+        let lease = api.lease(LEASE).expect("the lease");
+        lease["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let snapshot = cluster.api.snapshot_store();
+    let at_snapshot = rv(&cluster.api);
+    // Renewals move the resourceVersion on; every candidate sees them.
+    for _ in 0..3 {
+        cluster.next_write(&leader).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(rv(&cluster.api) > at_snapshot);
+    cluster.api.restore_store(&snapshot);
+    let restored = Instant::now();
+    assert_eq!(rv(&cluster.api), at_snapshot, "the same Lease, older");
+    // Three lease durations: a 409 loop would have left nobody leading.
+    tokio::time::sleep(timing.lease * 3).await;
+    let (now, _) = cluster.wait_leader(timing.lease).await;
+    let renew = cluster.next_write(&now).await;
+    assert!(renew.at > restored);
+    let after: Vec<RequestRecord> = cluster
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.at > restored && r.verb != Verb::Watch)
+        .collect();
+    let conflicts = after.iter().filter(|r| r.status == Some(409)).count();
+    let gets = after.iter().filter(|r| r.verb == Verb::Get).count();
+    eprintln!(
+        "MEASURE restored etcd: {leader} led before, {now} after; {conflicts} conflicts and {gets} GETs in {:?}",
+        restored.elapsed()
+    );
+    assert!(
+        conflicts <= 3,
+        "{conflicts} conflicts after the restore\n{}",
+        cluster.logs()
+    );
+    assert!(
+        gets <= 3,
+        "{gets} GETs after the restore\n{}",
+        cluster.logs()
+    );
+    cluster.assert_no_overlap();
+}
+
+/// A leader killed in its pod (SIGKILL, as an OOM kill or a failed liveness
+/// probe does) and restarted with the same identity: the record it lists
+/// first carries its previous incarnation's writer mark. Nobody writes under
+/// its identity while it runs, so it reports no twin, neither in its log nor
+/// in its metrics, and leads once that record expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_restarted_in_its_pod_reports_no_twin_for_its_previous_incarnation() {
+    let timing = Timing::FAST;
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir("restart-same-identity");
+    let mut first = Sidecar::spawn(&api, &dir, "a", timing);
+    first.wait_serving().await;
+    first.wait_leading(timing.lease * 3).await;
+    first.signal(libc::SIGKILL);
+    first.wait_exit(Duration::from_secs(5)).await;
+    let writer = |lease: &Value| lease["metadata"]["annotations"]["leader-gate.dev/writer"].clone();
+    let left = api.lease(LEASE).expect("the killed leader's record");
+    assert_eq!(lease_holder(&left).as_deref(), Some("a"));
+    let second = Sidecar::spawn_logged(&api, &dir, "a", "a-restarted.log", timing, &[]);
+    second.wait_serving().await;
+    second.wait_leading(timing.lease * 3).await;
+    // A few renewals of its own, each seen on its watch.
+    tokio::time::sleep(timing.retry * 3).await;
+    let now = api.lease(LEASE).expect("the restarted leader's record");
+    assert_eq!(lease_holder(&now).as_deref(), Some("a"));
+    assert_ne!(writer(&now), writer(&left), "a new process, a new mark");
+    assert_eq!(identity_conflicts(&second).await, 0);
+    let log = second.log();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
+    assert!(errors.is_empty(), "error lines: {errors:#?}");
+    assert!(!log.contains(CONFLICT_LOG));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_with_one_identity_and_one_frozen_wall_clock_never_both_answer_200() {
     if !std::path::Path::new(LIBFAKETIME).exists() {

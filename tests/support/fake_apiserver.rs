@@ -81,6 +81,8 @@ mod watch;
 
 #[allow(unused_imports)] // not every test binary uses every name
 pub use rbac::{Attributes, MANIFEST_LEASE_NAME, PolicyRule, RBAC_MANIFEST, Role};
+#[allow(unused_imports)]
+pub use store::StoreSnapshot;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -822,6 +824,20 @@ impl FakeApiServer {
     /// `Expired`. Open watches are not affected.
     pub fn compact(&self) {
         self.inner().lock().store.compact();
+    }
+
+    /// The store as it is now, like an etcd snapshot, for
+    /// [`FakeApiServer::restore_store`].
+    pub fn snapshot_store(&self) -> StoreSnapshot {
+        self.inner().lock().store.snapshot()
+    }
+
+    /// Restores `snapshot` as etcd restored without `--bump-revision` would:
+    /// the same objects (same uids) with their older resourceVersions, the
+    /// counter going on from there; open watches end (the API servers
+    /// restart onto the restored etcd).
+    pub fn restore_store(&self, snapshot: &StoreSnapshot) {
+        self.inner().lock().store.restore(snapshot);
     }
 
     /// Keeps at most `n` events of watch history (default 1000); older resourceVersions get

@@ -68,7 +68,7 @@ pub use successor::{
 };
 
 use requests::Pending;
-use view::{OwnWrite, View};
+use view::{OwnWrite, Source, View};
 
 /// Static settings of one candidate.
 #[derive(Clone, Debug)]
@@ -95,6 +95,9 @@ pub struct Now {
 #[derive(Debug)]
 pub enum Input {
     /// The watch, or a read, reports the Lease (`None`: it does not exist).
+    /// The first after [`Input::WatchInterrupted`] is the fresh watch's list
+    /// (or a GET): the server's truth, taken even with an older
+    /// resourceVersion; later ones are events, and a late one is dropped.
     Observed(Option<Lease>),
     /// The write started by the last [`Action::Write`] finished.
     Written(Result<Lease, ApiError>),
@@ -244,6 +247,11 @@ pub struct Election {
     /// (the last few), and how many distinct ones were seen.
     foreign_writers: VecDeque<String>,
     identity_conflicts: u64,
+    /// The foreign mark and `renewTime` of the record under our identity
+    /// found at our first observation: a previous incarnation of this pod
+    /// (a restart after a crash or an OOM kill), not a twin — unless it
+    /// writes again while we run (see `view`).
+    inherited: Option<(String, Option<i64>)>,
     view: Option<View>,
     role: Role,
     pending: Option<Pending>,
@@ -288,6 +296,7 @@ impl Election {
             writer: WriterMark::random(),
             foreign_writers: VecDeque::new(),
             identity_conflicts: 0,
+            inherited: None,
             view: None,
             role: Role::Following,
             pending: None,
@@ -344,8 +353,11 @@ impl Election {
         match input {
             Input::Observed(lease) => {
                 // The watch shows the Lease again: the view is whole again.
+                // The first observation after an interruption is the fresh
+                // watch's list (or the driver's GET while it fails): a read.
                 let resumed = std::mem::take(&mut self.watch_interrupted);
-                self.observe(lease, now, resumed);
+                let source = if resumed { Source::Read } else { Source::Event };
+                self.observe(lease, now, resumed, source);
             }
             Input::Written(result) => self.written(result, now, &mut actions),
             Input::Read(result) => {

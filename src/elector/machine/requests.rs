@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::view::{OwnWrite, View};
+use super::view::{OwnWrite, Source, View};
 use super::{Action, Election, Now, Purpose, Role, StopReason, Write, WriteOp};
 use crate::backoff::Backoff;
 use crate::clock::BootInstant;
@@ -313,7 +313,7 @@ impl Election {
                 // dead Lease would skip every event of the live one as a
                 // repeat (G1).
                 if self.current_version() == base_rv {
-                    self.observe(Some(lease), now, false);
+                    self.observe(Some(lease), now, false, Source::Event);
                 }
                 // It counts only if the record we now hold is this very write.
                 let current = self.view.as_ref().and_then(|v| v.lease.as_ref());
@@ -442,8 +442,9 @@ impl Election {
             // know, and a 404 in it would mark the live Lease as deleted (G1).
             Ok(_) if self.current_version() != issued_on => self.conflict_at = None,
             Ok(lease) => {
+                // The server's truth, even with an older resourceVersion.
                 self.conflict_at = None;
-                self.observe(lease, now, self.watch_interrupted);
+                self.observe(lease, now, self.watch_interrupted, Source::Read);
             }
             Err(error) => self.failed(&error, now, actions),
         }

@@ -126,17 +126,22 @@ impl Slot {
 }
 
 /// How long after the record became free (released, or expired here) this
-/// candidate attempts the acquisition.
+/// candidate attempts the acquisition. Every path but the named successor's
+/// own is one [`late_draw`] over half a retry period — after a release or
+/// an expiry naming nobody, for a create after a deletion, and (after a
+/// retry period, or half of one at an expiry, for the successor's write to
+/// arrive first) as the fallback for a named successor that is gone.
 pub(super) fn acquisition_delay(
     settings: &Settings,
     rng: &mut fastrand::Rng,
     view: &View,
 ) -> Duration {
     let retry = settings.retry_period;
-    let spread = retry.mul_f64(rng.f64() * 0.5);
+    let spread = late_draw(retry / 2, rng);
     let Some(lease) = &view.lease else {
-        // Absent: a create, whose CAS lets one candidate win (no herd after
-        // a release: a release keeps the object).
+        // Absent: a create, whose CAS lets one candidate win. One never
+        // created is taken at once (candidates start at their own times);
+        // one deleted while we watched is a herd like a release.
         return if view.is_free() {
             Duration::ZERO
         } else {
@@ -149,14 +154,14 @@ pub(super) fn acquisition_delay(
         Some(s) if s == settings.identity => Duration::ZERO,
         // A fallback for a successor that is gone: late enough for its
         // acquisition to reach us on the watch first.
-        Some(_) if view.is_free() => retry + fallback_spread(retry, rng),
-        Some(_) => retry / 2 + fallback_spread(retry, rng),
+        Some(_) if view.is_free() => retry + spread,
+        Some(_) => retry / 2 + spread,
         None => spread,
     }
 }
 
 /// When a claim of the empty slot goes out, after it was seen empty: within
-/// `[retry, window]`, skewed like [`fallback_spread`] so that few claims
+/// `[retry, window]`, the cube root of a uniform draw, so that few claims
 /// fall within the watch latency of the first (at 5,000 candidates and a
 /// 58 s window: about N × L / W = 43 with a uniform draw and L = 500 ms, 0.5
 /// with this one). A small group names its successor later (10 candidates:
@@ -166,16 +171,19 @@ pub(super) fn claim_delay(retry: Duration, window: Duration, rng: &mut fastrand:
     retry + (window - retry).mul_f64(rng.f64().cbrt())
 }
 
-/// The spread of the fallback attempts over `[0, retry/2]`: the cube root
-/// of a uniform draw, so the attempts are sparse at the start of the window
-/// and dense at its end. Only the attempts sent before the first one reached
-/// them on the watch (latency L) conflict: for N candidates over a window W,
-/// about N × L / W with a uniform spread (250 at N = 5,000, L = 50 ms,
-/// W = 1 s), about 3 (L/W) N^(1/3) + 3 (L/W)² N^(2/3) + N (L/W)³ with this
-/// one (5 there; 0.6 at L = 10 ms). The window, and so the bound of lease +
-/// retry period after the last renew, is unchanged.
-fn fallback_spread(retry: Duration, rng: &mut fastrand::Rng) -> Duration {
-    retry.mul_f64(0.5 * rng.f64().cbrt())
+/// How sharply [`late_draw`] leans to the end of its window.
+const LATE_SKEW: f64 = 10.0;
+
+/// One draw over `[0, window]` from a density that grows exponentially to
+/// the window's end, `e^(λ x / window)` with λ = 10 (so 1 in 22,000 draws
+/// lands in the first tenth). Only the attempts sent before the first
+/// reached them on the watch conflict; with a density this thin at the
+/// start, the first of N attempts lands alone. At 5,000 candidates, a watch fan-out of 10–50 ms and
+/// a 1 s window (retry 2 s), about 0.4 conflicts per hand-over (a uniform
+/// draw: about 86; the cube root of one: 2.6), and the first attempt
+/// 0.2 s in; with 3 candidates it comes about 0.85 of the window in.
+pub(super) fn late_draw(window: Duration, rng: &mut fastrand::Rng) -> Duration {
+    window.mul_f64((rng.f64() * LATE_SKEW.exp_m1()).ln_1p() / LATE_SKEW)
 }
 
 // === impl Election ===

@@ -1,6 +1,7 @@
 //! The Lease as this candidate sees it: the last observation and when its
-//! content last changed here (G3), whether an answer is stale (older than a
-//! write response, about a deleted Lease), the standing of the record —
+//! content last changed here (G3), whether an answer is stale (by its
+//! source: a watch event older than the view or about a deleted Lease; a
+//! list or a GET never is), the standing of the record —
 //! free, or held until `observed_at + duration` — and ownership by content
 //! (G7): a record is ours only with our identity *and* the `renewTime` of
 //! one of our own writes.
@@ -19,6 +20,22 @@ const OWN_WRITES: usize = 16;
 /// How many recent resourceVersions (and deleted uids) to remember, to skip
 /// a watch event that repeats what a write response already told us.
 const SEEN_VERSIONS: usize = 16;
+
+/// Where an observation comes from: that, not its resourceVersion alone,
+/// decides whether it is stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Source {
+    /// One event of a stream (the watch, a write's response): dropped when
+    /// older than what we already have — a late repeat.
+    Event,
+    /// A read of the server as it is now: the list a fresh watch starts
+    /// with, or a GET. Its truth, adopted even with a lower resourceVersion
+    /// or a uid we saw deleted: etcd restored from a snapshot without
+    /// `--bump-revision` brings the same Lease back at an older revision,
+    /// and a view that skipped it would write on a revision that no longer
+    /// exists (409, GET, 409, ...) for the life of the process.
+    Read,
+}
 
 /// Who the Lease belongs to, as judged here.
 #[derive(Clone, Debug, PartialEq)]
@@ -113,16 +130,34 @@ impl Election {
     /// A new view of the Lease. `after_gap`: changes may have been missed
     /// since the last one (the watch was interrupted), so an absence seen
     /// again may be a new one (G7 creating).
-    pub(super) fn observe(&mut self, lease: Option<Lease>, now: Now, after_gap: bool) {
-        if let Some(lease) = &lease
-            && self.is_stale(lease)
-        {
-            return;
+    pub(super) fn observe(
+        &mut self,
+        lease: Option<Lease>,
+        now: Now,
+        after_gap: bool,
+        source: Source,
+    ) {
+        if let Some(lease) = &lease {
+            match source {
+                Source::Event if self.is_stale(lease) => return,
+                Source::Event => {}
+                Source::Read => {
+                    if self.went_back(lease) {
+                        // The server's history went back: the versions we
+                        // remember will be given to new writes again.
+                        self.seen_versions.clear();
+                    }
+                    // It exists, whatever we saw deleted before.
+                    self.deleted_uids
+                        .retain(|d| Some(d.as_str()) != lease.uid());
+                }
+            }
         }
         // Anything fresh answers a pending 409: the next write builds on it.
         self.conflict_at = None;
         if let Some(lease) = &lease {
-            self.note_writer(&lease.record());
+            let first = self.view.is_none();
+            self.note_writer(&lease.record(), first);
         }
         if let Some(rv) = lease.as_ref().and_then(Lease::resource_version) {
             self.remember_version(rv);
@@ -290,8 +325,12 @@ impl Election {
     }
 
     /// A record under our identity: confirms our write it shows with our
-    /// mark, or counts another process writing under our identity.
-    fn note_writer(&mut self, record: &lease::Record) {
+    /// mark, or counts another process writing under our identity. A foreign
+    /// mark counts only on a record written while we run: the one found at
+    /// our `first` observation was written before we started — by a previous
+    /// incarnation of this pod, after a restart — and proves no twin; a twin
+    /// shows itself with its next write (a renew within a retry period).
+    fn note_writer(&mut self, record: &lease::Record, first: bool) {
         if record.holder.as_deref() != Some(self.settings.identity.as_str()) {
             return;
         }
@@ -303,6 +342,14 @@ impl Election {
                     }
                 }
             }
+            Some(foreign) if first => {
+                self.inherited = Some((foreign.to_owned(), record.renew_micros));
+            }
+            // The inherited record seen again (a relist, an annotation edit).
+            Some(foreign)
+                if self.inherited.as_ref().is_some_and(|(mark, renew)| {
+                    mark == foreign && *renew == record.renew_micros
+                }) => {}
             // Each other process is counted (and told of) once.
             Some(foreign) if !self.foreign_writers.iter().any(|f| f == foreign) => {
                 if self.foreign_writers.len() == SEEN_VERSIONS {
@@ -313,6 +360,20 @@ impl Election {
             }
             Some(_) | None => {}
         }
+    }
+
+    /// Older than the view, on the same Lease (same uid): a read showing
+    /// this shows that the server's history went back.
+    fn went_back(&self, lease: &Lease) -> bool {
+        let current = self.view.as_ref().and_then(|v| v.lease.as_ref());
+        let (Some(current), Some(new)) = (current, lease.resource_version()) else {
+            return false;
+        };
+        current.uid() == lease.uid()
+            && matches!(
+                (current.resource_version().map(str::parse::<u64>), new.parse::<u64>()),
+                (Some(Ok(current)), Ok(new)) if new < current
+            )
     }
 
     /// A watch event older than what a write response already showed.
@@ -329,21 +390,9 @@ impl Election {
         {
             return true;
         }
-        // resourceVersions are opaque, but within one object they only grow;
-        // compare them when both are numbers (they are, on etcd).
-        let current = self.view.as_ref().and_then(|v| v.lease.as_ref());
-        match current {
-            Some(current) if current.uid() == lease.uid() => {
-                match (
-                    current.resource_version().map(str::parse::<u64>),
-                    rv.parse::<u64>(),
-                ) {
-                    (Some(Ok(current)), Ok(new)) => new < current,
-                    _ => false,
-                }
-            }
-            _ => false,
-        }
+        // resourceVersions are opaque, but within one object's stream they
+        // only grow; compare them when both are numbers (they are, on etcd).
+        self.went_back(lease)
     }
 
     /// The resourceVersion of the Lease as last seen (`None`: absent).

@@ -135,6 +135,15 @@ pub(super) struct WatchStart {
     pub start_rv: u64,
 }
 
+/// The store at one instant ([`Store::snapshot`]).
+#[derive(Clone, Debug)]
+pub struct StoreSnapshot {
+    rv: u64,
+    objects: BTreeMap<(String, String), Value>,
+    history: VecDeque<Arc<StoredEvent>>,
+    oldest: u64,
+}
+
 /// The Lease store.
 pub(super) struct Store {
     rv: u64,
@@ -219,6 +228,31 @@ impl Store {
                 self.oldest = e.rv;
             }
         }
+    }
+
+    /// The objects, their resourceVersion and the watch history as they are
+    /// now (an etcd snapshot), for [`Store::restore`].
+    pub(super) fn snapshot(&self) -> StoreSnapshot {
+        StoreSnapshot {
+            rv: self.rv,
+            objects: self.objects.clone(),
+            history: self.history.clone(),
+            oldest: self.oldest,
+        }
+    }
+
+    /// Back to `snapshot`, as etcd restored without `--bump-revision`: the
+    /// same objects (same uids) at their older resourceVersions, and the
+    /// counter goes on from the snapshot's. Every open watch ends, as the API
+    /// servers restart onto the restored etcd; a watch resumed from a newer
+    /// resourceVersion then waits for it and gets 504 (too large).
+    pub(super) fn restore(&mut self, snapshot: &StoreSnapshot) {
+        self.rv = snapshot.rv;
+        self.objects = snapshot.objects.clone();
+        self.history = snapshot.history.clone();
+        self.oldest = snapshot.oldest;
+        self.watchers.clear();
+        self.changed.send_replace(self.rv);
     }
 
     // ----- watches -----
