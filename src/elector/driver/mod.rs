@@ -558,6 +558,10 @@ impl Driver {
             match with_timeout(left.min(request_timeout), self.store.get()).await {
                 Ok(lease) => {
                     self.publisher.api_request("get", Ok(()));
+                    // Not a watch event but a read of the server as it is
+                    // (taken even at an older resourceVersion, as after a
+                    // restore of etcd): the watch is not followed here.
+                    self.step(Input::WatchInterrupted).await;
                     self.step(Input::Observed(lease)).await;
                 }
                 Err(error) => {
