@@ -9,6 +9,8 @@
 //! - [`lease_client`]: the adapter that talks to the API server (kube-rs).
 //! - [`api_error`]: classification of API server responses; 403 explained.
 //! - [`handover`]: `leader-gate handover`, the operator's hand-over request.
+//! - [`incarnation`]: the state directory's record of our last stored
+//!   write, with which a restarted sidecar resumes its own term.
 //!
 //! The elector names nothing of the serving side. What it offers is
 //! [`driver::run`], which reports every [`machine::Snapshot`] and request
@@ -19,6 +21,7 @@
 pub mod api_error;
 pub mod driver;
 pub mod handover;
+pub mod incarnation;
 pub mod lease;
 pub mod lease_client;
 pub mod machine;
