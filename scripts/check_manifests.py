@@ -18,6 +18,7 @@ finding and exits 1 if there is any. The checks:
   needs, the NetworkPolicy and the FlowSchema cover the pod;
 - Metricbeat's modules glob matches both module directories and the file
   gate's DST but never its temporary file, and reload.period fits the margin;
+- --state-dir is an emptyDir mounted in the sidecar;
 - leader routing (--route-service): a Service without a selector, the
   shipped EndpointSlice `<service>-leader` labelled for it with the same
   port names, the pod IP from the downward API, and get and update (no
@@ -346,6 +347,13 @@ def check_leader_gate(docs, doc, template):
             subjects = [s.get("serviceAccount", {}) for r in fs["spec"]["rules"] for s in r.get("subjects", [])]
             if {"name": sa, "namespace": namespace} not in subjects:
                 bad(where, f"FlowSchema {fs['metadata']['name']} does not name service account {sa}")
+    # The state directory: pod-local, outliving the container.
+    state_dir = opts.get("state-dir")
+    if state_dir:
+        mounts = {m["mountPath"]: m["name"] for m in serve.get("volumeMounts", [])}
+        volume = {v["name"]: v for v in spec.get("volumes", [])}.get(mounts.get(state_dir))
+        if not volume or "emptyDir" not in volume:
+            bad(cw, f"--state-dir {state_dir} is not an emptyDir mounted in this container: a restarted sidecar would not find its record")
     # Leader routing.
     if "route-service" in opts:
         if ready_path == "/leader":

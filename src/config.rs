@@ -207,6 +207,13 @@ pub struct ServeArgs {
     #[arg(long, env = "LEADER_GATE_RECORD_EVENTS")]
     pub record_events: bool,
 
+    /// A directory of this pod that outlives the sidecar's container (an
+    /// emptyDir): after a crash or OOM kill, the restarted sidecar resumes
+    /// its own term if the Lease still shows its last write, instead of
+    /// waiting a lease duration. One sidecar per directory.
+    #[arg(long, env = "LEADER_GATE_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<std::path::PathBuf>,
+
     /// Route a Service without a selector to the leader: keep its
     /// EndpointSlice `<SERVICE>-leader` (in the Lease's namespace, shipped
     /// with the manifests) listing only this pod while it leads. Needs
@@ -309,6 +316,8 @@ pub struct ServeConfig {
     pub collector_health: Option<collector_health::Options>,
     /// Record Kubernetes Events about the Lease (`--record-events`).
     pub record_events: bool,
+    /// `--state-dir`.
+    pub state_dir: Option<std::path::PathBuf>,
     /// `--successor-claim-window`.
     pub successor_claim_window: Duration,
     /// Leader routing through an EndpointSlice (`--route-service`).
@@ -344,6 +353,7 @@ impl ServeArgs {
             collector_health_failures,
             collector_health_grace,
             record_events,
+            state_dir,
             successor_claim_window,
             route_service,
             pod_ip,
@@ -524,6 +534,7 @@ impl ServeArgs {
             log_format,
             collector_health,
             record_events,
+            state_dir,
             successor_claim_window,
             route,
         })

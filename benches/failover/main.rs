@@ -9,7 +9,7 @@
 //!     cargo bench --bench failover -- --peer bench-peer/target/release/klm-gate
 //!
 //! Scenarios (names for `--only`, matched as substrings): `acquire`,
-//! `graceful`, `routing`, `crash`, `edit`, `forbidden`, `hang`, `startup`, `load10`,
+//! `graceful`, `routing`, `resume`, `crash`, `edit`, `forbidden`, `hang`, `startup`, `load10`,
 //! `load100`, `wrk`, `fanout`, `swarm10`, `swarm1000` (these two matched
 //! whole; `swarm` names both). Three more run only when named in `--only`:
 //! `load1000` (1,000 processes, about 8 GiB resident in all) and `day` (a
@@ -55,6 +55,7 @@ mod load;
 mod outage;
 mod peer;
 mod program;
+mod resume;
 mod routing;
 mod swarm;
 mod table;
@@ -184,6 +185,16 @@ fn main() {
                 "",
                 &v.iter().map(|r| r.empty).collect::<Vec<_>>(),
                 |_| true,
+            );
+        }
+        if opts.wants("resume") {
+            note("resume");
+            let v = resume::run(rounds).await;
+            table.durations(
+                "resume: SIGKILL of the leader, restarted at once with its --state-dir → it answers 200 in the same term (defaults)",
+                "≤ 500",
+                &v,
+                |p| p <= 500.0,
             );
         }
         if opts.wants("crash") {

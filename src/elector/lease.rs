@@ -125,6 +125,14 @@ impl WriterMark {
         Self(format!("{mark:016x}"))
     }
 
+    /// A mark as written (16 hex digits), e.g. by a previous process.
+    pub fn parse(text: &str) -> Option<Self> {
+        u64::from_str_radix(text, 16)
+            .ok()
+            .filter(|_| text.len() == 16)
+            .map(Self::from_u64)
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{BootInstant, boot_clock_id, format_micro_time, wall_micros};
 use crate::elector::api_error::ApiError;
 use crate::elector::driver::{Heartbeat, Outlet};
+use crate::elector::incarnation::{Recorded, StateDir};
 use crate::elector::machine::Snapshot;
 use crate::serve::kube_events::Recorder;
 use crate::serve::metrics::Metrics;
@@ -106,6 +107,8 @@ pub struct Publisher {
     metrics: Arc<Metrics>,
     /// Kubernetes Events for this instance's starts and stops, if recorded.
     recorder: Option<Recorder>,
+    /// `--state-dir`: where our last stored write is kept for a restart.
+    state_dir: Option<StateDir>,
 }
 
 // === impl Publisher ===
@@ -121,6 +124,7 @@ impl Publisher {
             events,
             metrics,
             recorder: None,
+            state_dir: None,
         };
         (publisher, rx)
     }
@@ -129,6 +133,12 @@ impl Publisher {
     /// Event (queued: publishing never waits for the API server).
     pub fn with_recorder(mut self, recorder: Recorder) -> Self {
         self.recorder = Some(recorder);
+        self
+    }
+
+    /// Also keeps the write a restart of this pod may resume in `state_dir`.
+    pub fn with_state_dir(mut self, state_dir: StateDir) -> Self {
+        self.state_dir = Some(state_dir);
         self
     }
 
@@ -232,6 +242,26 @@ impl Outlet for Publisher {
 
     fn identity_conflicts(&self, new: u64) {
         self.metrics.identity_conflicts(new);
+    }
+
+    fn resumable(&self, write: Option<&Recorded>) {
+        let Some(state_dir) = &self.state_dir else {
+            return;
+        };
+        let result = match write {
+            Some(write) => state_dir.record(write),
+            None => state_dir.clear(),
+        };
+        if let Err(error) = result {
+            // Costs only the resumption after a restart; said at debug
+            // level after the first time.
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(%error, "cannot write the state directory: a restart will not resume the term");
+            } else {
+                tracing::debug!(%error, "cannot write the state directory");
+            }
+        }
     }
 }
 

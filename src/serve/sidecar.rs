@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{ServeConfig, resolve_namespace};
 use crate::elector::driver;
 use crate::elector::driver::Heartbeat;
+use crate::elector::incarnation::StateDir;
 use crate::elector::lease_client::{self, KubeLeaseStore};
 use crate::elector::machine::{Election, Settings};
 use crate::exit;
@@ -98,7 +99,25 @@ pub async fn run(config: ServeConfig) -> ExitCode {
         metrics = metrics.with_collector_health();
     }
     let metrics = Arc::new(metrics);
+    // --state-dir: locked for this process; what a previous process of this
+    // pod left there is read before anything is written.
+    let (state_dir, previous) = match &config.state_dir {
+        None => (None, None),
+        Some(dir) => match StateDir::open(dir, &namespace, &config.lease_name) {
+            Ok(state_dir) => {
+                let previous = state_dir.previous(&config.identity, &namespace, &config.lease_name);
+                (Some(state_dir), previous)
+            }
+            Err(error) => {
+                eprintln!("leader-gate: invalid --state-dir: {error}");
+                return ExitCode::from(exit::USAGE);
+            }
+        },
+    };
     let (mut publisher, state) = Publisher::new(events.clone(), metrics.clone());
+    if let Some(state_dir) = state_dir {
+        publisher = publisher.with_state_dir(state_dir);
+    }
     let role = state.clone();
     // Kubernetes Events (--record-events): queued by the publisher, sent by a
     // task of their own on the Lease's client.
@@ -159,6 +178,14 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     ];
     let mut election = Election::new(settings, fastrand::u64(..));
     election.set_successor_claim_window(config.successor_claim_window);
+    if let Some(previous) = &previous {
+        let term = format!("{}/{}", previous.uid, previous.transitions);
+        if election.resume(previous, driver::now()) {
+            tracing::info!(%term, "found the last write of this pod's previous process: its term resumes if the lease still shows that write");
+        } else {
+            tracing::info!(%term, "not resuming the previous process's term: its renew deadline has passed");
+        }
+    }
     let collector_health = config
         .collector_health
         .clone()

@@ -25,6 +25,7 @@ mod outage;
 mod prometheus;
 mod prometheus_gates;
 mod rbac_and_events;
+mod resume;
 mod routing;
 mod safe_defaults;
 mod successor;

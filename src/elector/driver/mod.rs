@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::clock::{BootInstant, wall_micros};
 use crate::elector::api_error::ApiError;
+use crate::elector::incarnation::Recorded;
 use crate::elector::lease::Lease;
 use crate::elector::lease_client::LeaseStore;
 use crate::elector::machine::{
@@ -70,6 +71,10 @@ pub trait Outlet: Send + Sync + 'static {
     fn renew_conflict(&self);
     /// `new` more writes of another process under our identity were seen.
     fn identity_conflicts(&self, new: u64);
+    /// The stored write a restarted process of this pod may resume
+    /// ([`Election::resumable`]), each time it changes; `None` once there is
+    /// nothing to resume (the term ended).
+    fn resumable(&self, _write: Option<&Recorded>) {}
 }
 
 /// Liveness of the election task: it beats on every turn of its loop (at
@@ -129,6 +134,7 @@ pub async fn run(
         stepped_down_at: None,
         gate_lag: options.gate_lag,
         collector_health,
+        resumable: None,
     };
     if let Some(health) = &mut driver.collector_health {
         // Part of the very first published state: nothing has happened yet,
@@ -159,6 +165,8 @@ struct Driver {
     gate_lag: Duration,
     /// The collector's health; `None` when not checked (or the check ended).
     collector_health: Option<watch::Receiver<bool>>,
+    /// What the outlet was last told a restart may resume.
+    resumable: Option<Recorded>,
 }
 
 // === impl Driver ===
@@ -343,6 +351,11 @@ impl Driver {
         let actions = self.election.handle(input, now);
         self.handled = now.instant;
         self.report_identity_conflict(conflicts_before);
+        let resumable = self.election.resumable();
+        if resumable != self.resumable {
+            self.publisher.resumable(resumable.as_ref());
+            self.resumable = resumable;
+        }
         let after = self.publish_now();
         let why = release_reason(shutdown_release, &after);
         if before.leading && !after.leading {
@@ -650,7 +663,8 @@ fn auth_backoff(restarts: u32) -> Duration {
     WATCH_RESTART.delay(restarts, fastrand::f64())
 }
 
-fn now() -> Now {
+/// The machine's clock readings, now.
+pub fn now() -> Now {
     Now {
         instant: Instant::now(),
         boot: BootInstant::now(),

@@ -217,6 +217,10 @@ impl Outlet for Tally {
     fn identity_conflicts(&self, new: u64) {
         self.outlet.identity_conflicts(new);
     }
+
+    fn resumable(&self, write: Option<&crate::elector::incarnation::Recorded>) {
+        self.outlet.resumable(write);
+    }
 }
 
 #[cfg(test)]

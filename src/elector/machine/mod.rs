@@ -59,6 +59,7 @@ use crate::elector::api_error::ApiError;
 use crate::elector::lease::{Lease, TermId, WriterMark};
 
 mod requests;
+mod resume;
 mod successor;
 mod view;
 

@@ -1730,3 +1730,56 @@ fn a_lease_restored_at_an_older_resource_version_is_adopted_from_a_list_or_a_rea
     assert_eq!(h.snapshot(at + 3.0).holder.as_deref(), Some("c"));
     assert_eq!(h.first_write(at + 3.0, at + 17.9), None, "no 409 loop");
 }
+
+/// A process of this pod resumes its predecessor's term from the write the
+/// state directory recorded: it leads at once in the same term while the
+/// Lease shows that write, up to that write's renew deadline — and not at
+/// all when the record changed since, or the write is too old.
+#[test]
+fn a_recorded_write_the_lease_still_shows_resumes_its_term_until_its_renew_deadline() {
+    let mut old = Harness::new("a");
+    old.lead();
+    let recorded = old
+        .election
+        .resumable()
+        .expect("a leader's write to resume");
+    let server = old.server.clone().expect("the stored Lease");
+    let term = old.election.snapshot(old.now(0.1).instant).term;
+
+    // Restarted 1 s later (the clocks of both harnesses agree: same boot).
+    let mut new = Harness::new("a");
+    new.t0 = old.t0;
+    assert!(new.election.resume(&recorded, new.now(1.0)));
+    new.feed(Input::Observed(Some(server.clone())), 1.0);
+    let snapshot = new.snapshot(1.0);
+    assert!(snapshot.leading, "leads at once");
+    assert_eq!(snapshot.term, term, "in the same term");
+    assert_eq!(
+        new.election.identity_conflicts().0,
+        0,
+        "its own mark, no twin"
+    );
+    // Its leadership ends at the old write's renew deadline unless renewed.
+    let deadline = new.deadline_secs();
+    assert!((deadline - (0.01 + 10.0)).abs() < 0.1, "{deadline}");
+
+    // The record changed since (someone wrote the renewTime): not ours.
+    let mut changed = Harness::new("a");
+    changed.t0 = old.t0;
+    assert!(changed.election.resume(&recorded, changed.now(1.0)));
+    let edited = changed.server_sets(
+        LeaseBuilder::held_by("a")
+            .uid(server.uid().unwrap())
+            .renewed_at(1_900_000_000 * SECOND),
+    );
+    changed.feed(Input::Observed(Some(edited)), 1.0);
+    assert!(
+        !changed.snapshot(1.0).leading,
+        "a changed record is not resumed"
+    );
+
+    // Too old: its renew deadline passed before the restart.
+    let mut late = Harness::new("a");
+    late.t0 = old.t0;
+    assert!(!late.election.resume(&recorded, late.now(10.5)));
+}

@@ -1,0 +1,189 @@
+//! A sidecar restarted in its pod (`--state-dir`, an emptyDir) resumes its
+//! own term when the Lease still shows its last write, instead of waiting a
+//! lease duration; and resumes nothing from another directory, a torn
+//! record, a record the Lease no longer shows, or another boot clock.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use support::fake_apiserver::{FakeApiServer, Resource, Verb};
+use support::sidecar::{Sidecar, Timing, test_dir};
+
+const NAMESPACE: &str = "collectors";
+const LEASE: &str = "cluster-metrics";
+const TIMING: Timing = Timing::FAST;
+
+/// `a` leads with a state directory, `b` follows; then `a` is SIGKILLed.
+async fn leader_killed(test: &str) -> (FakeApiServer, PathBuf, Sidecar, Sidecar, String) {
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir(test);
+    let state = dir.join("state-a");
+    let mut a = Sidecar::spawn_with(&api, &dir, "a", TIMING, &state_args(&state));
+    a.wait_serving().await;
+    let term = a
+        .wait_leading(TIMING.lease * 3)
+        .await
+        .term()
+        .expect("a term")
+        .to_owned();
+    let b = Sidecar::spawn_with(&api, &dir, "b", TIMING, &[]);
+    b.wait_serving().await;
+    b.wait_for(Duration::from_secs(5), |p| p.holder() == Some("a"))
+        .await;
+    a.signal(libc::SIGKILL);
+    assert!(a.wait_exit(Duration::from_secs(5)).await.is_some());
+    (api, dir, a, b, term)
+}
+
+fn state_args(state: &Path) -> Vec<&str> {
+    vec!["--state-dir", state.to_str().expect("a UTF-8 path")]
+}
+
+/// Acquisitions by `b` (successful Lease writes naming it).
+fn led_by_b(api: &FakeApiServer) -> usize {
+    api.requests_of("b", Verb::Update)
+        .into_iter()
+        .chain(api.requests_of("b", Verb::Create))
+        .filter(|r| r.resource == Some(Resource::Leases))
+        .filter(|r| matches!(r.status, Some(200 | 201)) && r.holder.as_deref() == Some("b"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_killed_and_restarted_with_its_state_directory_resumes_its_own_term_at_once() {
+    // `_b` lives on: the peer that must not lead meanwhile.
+    let (api, dir, _old, _b, term) = leader_killed("resume").await;
+    let killed = Instant::now();
+    let a = Sidecar::spawn_logged(
+        &api,
+        &dir,
+        "a",
+        "a-restarted.log",
+        TIMING,
+        &state_args(&dir.join("state-a")),
+    );
+    let probe = a.wait_leading(TIMING.lease).await;
+    let took = killed.elapsed();
+    println!("MEASURE SIGKILL → the restarted sidecar leads again: {took:?}");
+    assert_eq!(probe.term(), Some(term.as_str()), "the same term, resumed");
+    // Well within the old term's renew deadline, which bounds a resumption.
+    assert!(took < TIMING.renew_deadline, "took {took:?}\n{}", a.log());
+    assert_eq!(led_by_b(&api), 0, "the peer never led meanwhile");
+    let log = a.log();
+    assert!(log.contains("its term resumes"), "{log}");
+    assert!(!log.contains("ERROR"), "no twin reported: {log}");
+    // It renews the resumed term as its own.
+    tokio::time::sleep(TIMING.retry * 2).await;
+    let probe = a.leader().await.expect("answers");
+    assert!(probe.leading() && probe.term() == Some(term.as_str()));
+}
+
+/// What a restarted `a` finds, and what it must then not do: lead before
+/// the record it cannot prove is its own expired.
+#[derive(Clone, Copy, Debug)]
+enum Refusal {
+    AnotherDirectory,
+    TornFile,
+    ChangedRecord,
+    AnotherBootClock,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_resumes_nothing_it_cannot_prove_is_its_own() {
+    for case in [
+        Refusal::AnotherDirectory,
+        Refusal::TornFile,
+        Refusal::ChangedRecord,
+        Refusal::AnotherBootClock,
+    ] {
+        let (api, dir, _old, _b, _term) = leader_killed(&format!("resume-refused-{case:?}")).await;
+        let mut state = dir.join("state-a");
+        let mut program = None;
+        match case {
+            Refusal::AnotherDirectory => state = dir.join("state-elsewhere"),
+            Refusal::TornFile => {
+                let file = std::fs::read_dir(&state)
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .find(|p| p.extension().is_some_and(|e| e == "json"))
+                    .expect("the record");
+                let text = std::fs::read(&file).unwrap();
+                std::fs::write(&file, &text[..text.len() / 2]).unwrap();
+            }
+            Refusal::ChangedRecord => {
+                api.update_lease(LEASE, |lease| {
+                    lease["spec"]["renewTime"] = "2026-01-01T00:00:00.000000Z".into();
+                });
+            }
+            Refusal::AnotherBootClock => {
+                // The same binary in a time namespace whose boot clock is
+                // 100,000 s ahead: deadlines on the old clock mean nothing.
+                let wrapper = dir.join("in-another-time-namespace");
+                std::fs::write(
+                    &wrapper,
+                    format!(
+                        "#!/bin/sh\nexec unshare --time --boottime 100000 -- {} \"$@\"\n",
+                        env!("CARGO_BIN_EXE_leader-gate")
+                    ),
+                )
+                .unwrap();
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+                program = Some(wrapper);
+            }
+        }
+        let args = state_args(&state);
+        let restarted = Instant::now();
+        let a = match &program {
+            Some(wrapper) => Sidecar::spawn_program(wrapper, &api, &dir, "a-again", TIMING, &{
+                let mut args = args.clone();
+                args.extend(["--identity", "a"]);
+                args
+            }),
+            None => Sidecar::spawn_logged(&api, &dir, "a", "a-restarted.log", TIMING, &args),
+        };
+        a.wait_serving().await;
+        // A resumed term leads within a few hundred milliseconds; an
+        // unproven record counts as someone's live lease until it expires.
+        while restarted.elapsed() < Duration::from_millis(1500) {
+            let probe = a.leader().await;
+            assert!(
+                !probe.as_ref().is_some_and(|p| p.leading()),
+                "{case:?}: led at once\n{}",
+                a.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let log = a.log();
+        assert!(!log.contains("started leading"), "{case:?}: {log}");
+        let why = match case {
+            Refusal::AnotherDirectory | Refusal::ChangedRecord => None,
+            Refusal::TornFile => Some("unreadable"),
+            Refusal::AnotherBootClock => Some("another boot clock"),
+        };
+        if let Some(why) = why {
+            assert!(log.contains(why), "{case:?}: {log}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sidecars_cannot_share_a_state_directory() {
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir("resume-shared");
+    let state = dir.join("state");
+    let a = Sidecar::spawn_with(&api, &dir, "a", TIMING, &state_args(&state));
+    a.wait_serving().await;
+    let mut b = Sidecar::spawn_with(&api, &dir, "b", TIMING, &state_args(&state));
+    let status = b.wait_exit(Duration::from_secs(10)).await.expect("b exits");
+    assert_eq!(status.code(), Some(64), "{}", b.log());
+    assert!(
+        b.log().contains("invalid --state-dir")
+            && b.log()
+                .contains("in use by another running leader-gate process"),
+        "{}",
+        b.log()
+    );
+}
