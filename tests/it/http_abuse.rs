@@ -179,6 +179,20 @@ async fn healthz(addr: SocketAddr) -> bool {
         .unwrap_or(false)
 }
 
+/// `probes` liveness probes, one every `every`, as a kubelet sends them:
+/// which of them went unanswered within 1 s.
+async fn probe_healthz(admin: SocketAddr, probes: usize, every: Duration) -> Vec<usize> {
+    let mut failed_at = Vec::new();
+    for i in 0..probes {
+        let started = Instant::now();
+        if !healthz(admin).await {
+            failed_at.push(i);
+        }
+        tokio::time::sleep(every.saturating_sub(started.elapsed())).await;
+    }
+    failed_at
+}
+
 /// Issue 14: 128 clients (the admin listener's cap) pipeline `GET /metrics`
 /// without ever reading the answers, and reconnect whenever the server drops
 /// them, so every place ends up held by a connection whose write is blocked.
@@ -250,17 +264,8 @@ async fn clients_pipelining_metrics_and_never_reading_leave_healthz_answering() 
     }
     let filled_after = connections.load(Relaxed);
 
-    let mut answered = 0;
-    let mut failed_at = Vec::new();
-    for i in 0..PROBES {
-        let started = Instant::now();
-        if healthz(admin).await {
-            answered += 1;
-        } else {
-            failed_at.push(i);
-        }
-        tokio::time::sleep(Duration::from_millis(500).saturating_sub(started.elapsed())).await;
-    }
+    let failed_at = probe_healthz(admin, PROBES, Duration::from_millis(500)).await;
+    let answered = PROBES - failed_at.len();
     stop.store(true, Relaxed);
     while attackers.join_next().await.is_some() {}
     println!(
@@ -372,17 +377,8 @@ async fn clients_trickling_request_bodies_leave_healthz_answering() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let mut answered = 0;
-    let mut failed_at = Vec::new();
-    for i in 0..PROBES {
-        let started = Instant::now();
-        if healthz(admin).await {
-            answered += 1;
-        } else {
-            failed_at.push(i);
-        }
-        tokio::time::sleep(Duration::from_millis(250).saturating_sub(started.elapsed())).await;
-    }
+    let failed_at = probe_healthz(admin, PROBES, Duration::from_millis(250)).await;
+    let answered = PROBES - failed_at.len();
     stop.store(true, Relaxed);
     while attackers.join_next().await.is_some() {}
     println!(

@@ -328,23 +328,5 @@ fn conflict(name: &str) -> ApiError {
 
 /// 422 as exchange 12 words it: the Kind in the message and in details.
 fn invalid(name: &str, errors: &[FieldError]) -> ApiError {
-    let causes: Vec<Value> = errors
-        .iter()
-        .map(|e| json!({ "reason": e.reason, "message": e.message, "field": e.field }))
-        .collect();
-    let summary = if let [one] = errors {
-        format!("{}: {}", one.field, one.message)
-    } else {
-        let parts: Vec<String> = errors
-            .iter()
-            .map(|e| format!("{}: {}", e.field, e.message))
-            .collect();
-        format!("[{}]", parts.join(", "))
-    };
-    failure(
-        422,
-        "Invalid",
-        format!("EndpointSlice.{GROUP} \"{name}\" is invalid: {summary}"),
-        json!({ "name": name, "group": GROUP, "kind": "EndpointSlice", "causes": causes }),
-    )
+    super::status::invalid_kind(GROUP, "EndpointSlice", name, errors)
 }

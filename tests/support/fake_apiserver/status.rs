@@ -203,27 +203,39 @@ pub(super) struct FieldError {
 
 /// 422 `Invalid` from validation: `Lease.coordination.k8s.io "demo" is invalid: ...`.
 pub(super) fn invalid(name: &str, errors: &[FieldError]) -> ApiError {
+    invalid_kind(GROUP, "Lease", name, errors)
+}
+
+/// 422 `Invalid` from the validation of any kind: `<Kind>.<group> "name" is
+/// invalid: <field>: <message>` (several: `[a, b]`; the core group has no
+/// suffix and no `details.group`), the causes in `details`.
+pub(super) fn invalid_kind(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> ApiError {
     let causes: Vec<Value> = errors
         .iter()
         .map(|e| json!({ "reason": e.reason, "message": e.message, "field": e.field }))
         .collect();
-    let summary = if errors.len() == 1 {
-        format!("{}: {}", errors[0].field, errors[0].message)
-    } else {
-        let parts: Vec<String> = errors
-            .iter()
-            .map(|e| format!("{}: {}", e.field, e.message))
-            .collect();
-        format!("[{}]", parts.join(", "))
+    let parts: Vec<String> = errors
+        .iter()
+        .map(|e| format!("{}: {}", e.field, e.message))
+        .collect();
+    let summary = match parts.as_slice() {
+        [one] => one.clone(),
+        _ => format!("[{}]", parts.join(", ")),
     };
-    let mut details = json!({ "group": GROUP, "kind": "Lease", "causes": causes });
+    let mut details = json!({ "kind": kind, "causes": causes });
+    let qualified = if group.is_empty() {
+        kind.to_owned()
+    } else {
+        details["group"] = json!(group);
+        format!("{kind}.{group}")
+    };
     if !name.is_empty() {
         details["name"] = json!(name);
     }
     ApiError::new(
         422,
         "Invalid",
-        format!("Lease.{GROUP} \"{name}\" is invalid: {summary}"),
+        format!("{qualified} \"{name}\" is invalid: {summary}"),
         Some(details),
     )
 }
@@ -442,29 +454,7 @@ pub(super) fn event_already_exists(name: &str) -> ApiError {
 
 /// 422 `Invalid` from Event validation: `Event "x" is invalid: ...` (core group: no suffix).
 pub(super) fn event_invalid(name: &str, errors: &[FieldError]) -> ApiError {
-    let causes: Vec<Value> = errors
-        .iter()
-        .map(|e| json!({ "reason": e.reason, "message": e.message, "field": e.field }))
-        .collect();
-    let parts: Vec<String> = errors
-        .iter()
-        .map(|e| format!("{}: {}", e.field, e.message))
-        .collect();
-    let summary = if parts.len() == 1 {
-        parts[0].clone()
-    } else {
-        format!("[{}]", parts.join(", "))
-    };
-    let mut details = json!({ "kind": "Event", "causes": causes });
-    if !name.is_empty() {
-        details["name"] = json!(name);
-    }
-    ApiError::new(
-        422,
-        "Invalid",
-        format!("Event \"{name}\" is invalid: {summary}"),
-        Some(details),
-    )
+    invalid_kind("", "Event", name, errors)
 }
 
 /// 400 for an Event body the server cannot decode.
