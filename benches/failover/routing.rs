@@ -5,10 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::program::{DEFAULTS, LEASE, NAMESPACE};
-use crate::support::fake_apiserver::{FakeApiServer, PolicyRule, Resource, Role, Verb};
+use crate::support::fake_apiserver::{FakeApiServer, Resource, Verb};
 use crate::support::sidecar::{Sidecar, test_dir};
 
 const SERVICE: &str = "bench";
@@ -37,22 +37,7 @@ fn listed(slice: &Value) -> Vec<String> {
 
 async fn api() -> FakeApiServer {
     let api = FakeApiServer::start(NAMESPACE, LEASE).await;
-    let mut role = Role::from_repository_manifest(LEASE);
-    role.rules.push(PolicyRule::new(
-        &["discovery.k8s.io"],
-        &["endpointslices"],
-        &[SLICE],
-        &["get", "update"],
-    ));
-    api.set_role(role);
-    api.create_endpoint_slice(json!({
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {"name": SLICE, "labels": {"kubernetes.io/service-name": SERVICE}},
-        "addressType": "IPv4",
-        "endpoints": [],
-        "ports": [{"name": "metrics", "port": 9102, "protocol": "TCP"}],
-    }));
+    api.ship_route_slice(SERVICE);
     api
 }
 

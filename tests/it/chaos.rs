@@ -64,9 +64,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::events::EventClient;
-use support::fake_apiserver::{
-    FakeApiServer, Fault, FaultKind, PolicyRule, Resource, Verb, lease_holder,
-};
+use support::fake_apiserver::{FakeApiServer, Fault, FaultKind, Resource, Verb, lease_holder};
 use support::history::{
     Bounds, End, FaultSpan, History, Incarnation, LEASE_DELETED, Message, Probe, SliceWrite,
     StreamEnd, StreamEvent, Verdict, Violation, WallMap, check, failure_report, rel,
@@ -102,24 +100,6 @@ const SLICE_SETTLES: Duration = Duration::from_secs(5);
 /// server refuses loopback endpoints).
 fn pod_ip(i: usize) -> String {
     format!("10.42.0.{}", 10 + i)
-}
-
-/// The slice as the manifests ship it: no endpoints yet.
-fn shipped_slice() -> Value {
-    json!({
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": SLICE,
-            "labels": {
-                "kubernetes.io/service-name": SERVICE,
-                "endpointslice.kubernetes.io/managed-by": "leader-gate.dev",
-            },
-        },
-        "addressType": "IPv4",
-        "endpoints": [],
-        "ports": [{ "name": "metrics", "port": 9102, "protocol": "TCP" }],
-    })
 }
 
 /// The pods a version of the slice lists, by their Pod reference.
@@ -645,15 +625,7 @@ impl Chaos {
         let operator = api.write_kubeconfig("operator", &dir);
         // Routing as shipped: the slice exists, and the Role grants get and
         // update on it by name.
-        api.create_endpoint_slice(shipped_slice());
-        let mut role = api.role();
-        role.rules.push(PolicyRule::new(
-            &["discovery.k8s.io"],
-            &["endpointslices"],
-            &[SLICE],
-            &["get", "update"],
-        ));
-        api.set_role(role);
+        api.ship_route_slice(SERVICE);
         let rec = Arc::new(Recorder::default());
         rec.wall.lock().unwrap().calibrate();
         let mut chaos = Chaos {

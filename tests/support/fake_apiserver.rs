@@ -884,6 +884,35 @@ impl FakeApiServer {
             .unwrap_or_else(|e| panic!("create_endpoint_slice: {}", e.body))
     }
 
+    /// Leader routing for `service` as the manifests ship it: the EndpointSlice
+    /// `<service>-leader` (a `metrics` port, no endpoints) exists, and the Role
+    /// grants get and update on it by name.
+    pub fn ship_route_slice(&self, service: &str) {
+        let slice = format!("{service}-leader");
+        self.create_endpoint_slice(json!({
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": slice,
+                "labels": {
+                    "kubernetes.io/service-name": service,
+                    "endpointslice.kubernetes.io/managed-by": "leader-gate.dev",
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [],
+            "ports": [{ "name": "metrics", "port": 9102, "protocol": "TCP" }],
+        }));
+        let mut role = self.role();
+        role.rules.push(PolicyRule::new(
+            &["discovery.k8s.io"],
+            &["endpointslices"],
+            &[&slice],
+            &["get", "update"],
+        ));
+        self.set_role(role);
+    }
+
     /// The EndpointSlice `name` of the server's namespace, as stored.
     pub fn endpoint_slice(&self, name: &str) -> Option<Value> {
         let inner = self.inner();
