@@ -17,7 +17,8 @@
 //! `resourceVersion` would overwrite unconditionally), and only `endpoints`
 //! changes: the shipped slice's labels, ports and address type stay. The
 //! slice is not created here (`create` cannot be limited to one name, so
-//! the manifests ship it). Failures are retried with backoff; a 403 or a
+//! the manifests ship it). While leading, the slice is read again about once
+//! a lease duration, not at every renew. Failures are retried with backoff; a 403 or a
 //! missing slice is logged once per episode, naming verb, resource and name.
 
 use std::net::IpAddr;
@@ -29,6 +30,7 @@ use kube::Api;
 use kube::api::PostParams;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::elector::api_error::ApiError;
@@ -118,6 +120,7 @@ pub fn spawn(
             max: lease_duration,
             jitter: 0.5,
         },
+        recheck: lease_duration,
         reported: None,
     };
     tokio::spawn(router.run(state))
@@ -129,6 +132,8 @@ struct Router {
     name: String,
     options: Options,
     backoff: Backoff,
+    /// How long a slice seen right is trusted before it is read again.
+    recheck: Duration,
     /// The failure of the current episode, already logged.
     reported: Option<&'static str>,
 }
@@ -163,6 +168,10 @@ impl Router {
         let mut listed = false;
         let mut failures = 0;
         let mut open = true;
+        // What the slice was last seen to say, for which term, and when: the
+        // state changes at every renew, and a GET per renew would double
+        // the leader's requests; the slice is read again after a while.
+        let mut converged: Option<(Want, Option<String>, Instant)> = None;
         loop {
             let want = {
                 let now = state.borrow_and_update();
@@ -175,14 +184,20 @@ impl Router {
                     None
                 }
             };
+            let fresh = |(want, term): &(Want, Option<String>)| {
+                converged
+                    .as_ref()
+                    .is_some_and(|(w, t, at)| w == want && t == term && at.elapsed() < self.recheck)
+            };
             let mut retry_in = None;
-            if let Some((want, term)) = want {
+            if let Some((want, term)) = want.filter(|w| !fresh(w)) {
                 listed = true;
                 match self.converge(want, &term, &state).await {
                     Ok(()) => {
                         failures = 0;
                         self.episode_ended();
                         listed = want == Want::Listed;
+                        converged = Some((want, term, Instant::now()));
                     }
                     Err(Interrupted::StateChanged) => continue,
                     Err(Interrupted::Failed(error)) => {

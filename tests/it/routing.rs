@@ -284,3 +284,35 @@ async fn a_missing_grant_on_the_slice_is_logged_once_and_costs_no_leadership() {
         "nothing was written"
     );
 }
+
+/// The published state changes at every renew; the slice is not read at
+/// every renew for that (which would double the leader's requests), only
+/// again after about a lease duration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_reads_the_slice_about_once_a_lease_duration_not_at_every_renew() {
+    let api = api_with_shipped_objects().await;
+    let dir = test_dir("routing-reads");
+    let a = spawn(&api, &dir, 0);
+    a.wait_serving().await;
+    a.wait_leading(Timing::FAST.lease * 3).await;
+    wait_listed(&api, &a.name, Duration::from_secs(5)).await;
+    let from = Instant::now();
+    let window = Timing::FAST.lease * 2;
+    tokio::time::sleep(window).await;
+    let count = |verb| {
+        api.requests_of(&a.name, verb)
+            .into_iter()
+            .filter(|r| r.at > from)
+            .filter(|r| r.status == Some(200))
+            .count()
+    };
+    let reads = api
+        .requests_of(&a.name, Verb::Get)
+        .into_iter()
+        .filter(|r| r.at > from && r.resource == Some(Resource::EndpointSlices))
+        .count();
+    let renews = count(Verb::Update);
+    println!("MEASURE in {window:?}: {reads} slice reads, {renews} successful updates (renews)");
+    assert!(renews >= 6, "it renewed: {renews}");
+    assert!(reads <= 3, "{reads} slice reads in {window:?}");
+}
