@@ -172,6 +172,9 @@ impl Router {
         // state changes at every renew, and a GET per renew would double
         // the leader's requests; the slice is read again after a while.
         let mut converged: Option<(Want, Option<String>, Instant)> = None;
+        // After a failure: what was wanted, and not before when to try again
+        // (a renew's state change is no reason to).
+        let mut backing_off: Option<(Want, Option<String>, Instant)> = None;
         loop {
             let want = {
                 let now = state.borrow_and_update();
@@ -190,7 +193,16 @@ impl Router {
                     .is_some_and(|(w, t, at)| w == want && t == term && at.elapsed() < self.recheck)
             };
             let mut retry_in = None;
-            if let Some((want, term)) = want.filter(|w| !fresh(w)) {
+            let waiting = |(want, term): &(Want, Option<String>)| {
+                backing_off
+                    .as_ref()
+                    .filter(|(w, t, _)| w == want && t == term)
+                    .map(|(_, _, at)| *at)
+                    .filter(|at| Instant::now() < *at)
+            };
+            if let Some(at) = want.as_ref().and_then(waiting) {
+                retry_in = Some(at.saturating_duration_since(Instant::now()));
+            } else if let Some((want, term)) = want.filter(|w| !fresh(w)) {
                 listed = true;
                 match self.converge(want, &term, &state).await {
                     Ok(()) => {
@@ -198,12 +210,15 @@ impl Router {
                         self.episode_ended();
                         listed = want == Want::Listed;
                         converged = Some((want, term, Instant::now()));
+                        backing_off = None;
                     }
                     Err(Interrupted::StateChanged) => continue,
                     Err(Interrupted::Failed(error)) => {
                         failures += 1;
                         self.report(&error);
-                        retry_in = Some(self.backoff.delay(failures, fastrand::f64()));
+                        let delay = self.backoff.delay(failures, fastrand::f64());
+                        backing_off = Some((want, term, Instant::now() + delay));
+                        retry_in = Some(delay);
                     }
                 }
             }

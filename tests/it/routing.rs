@@ -278,6 +278,17 @@ async fn a_missing_grant_on_the_slice_is_logged_once_and_costs_no_leadership() {
         assert!(lines[0].contains(words), "{words:?} missing: {}", lines[0]);
     }
     assert!(a.leader().await.unwrap().leading(), "still the leader");
+    // With backoff (doubling from the retry period), not at every renew.
+    let gets = |from: Instant| {
+        api.requests_of(&a.name, Verb::Get)
+            .iter()
+            .filter(|r| r.resource == Some(Resource::EndpointSlices) && r.at >= from)
+            .count()
+    };
+    let from = Instant::now();
+    tokio::time::sleep(Timing::FAST.retry * 8).await;
+    let retries = gets(from);
+    assert!(retries <= 4, "{retries} reads in 8 retry periods");
     assert_eq!(
         listed(&api.endpoint_slice(SLICE).unwrap()),
         Vec::<String>::new(),
