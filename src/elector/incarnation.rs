@@ -107,6 +107,9 @@ impl StateDir {
                 _ => open_error(error),
             });
         }
+        if boot_clock_id().is_none() {
+            tracing::warn!(dir = %dir.display(), "this system has no boot id: --state-dir cannot prove a previous process's write, so a restart will not resume its term");
+        }
         Ok(Self {
             file: dir.join(format!("term-{namespace}.{lease}.json")),
             _lock: lock,

@@ -180,10 +180,11 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     election.set_successor_claim_window(config.successor_claim_window);
     if let Some(previous) = &previous {
         let term = format!("{}/{}", previous.uid, previous.transitions);
-        if election.resume(previous, driver::now()) {
-            tracing::info!(%term, "found the last write of this pod's previous process: its term resumes if the lease still shows that write");
-        } else {
-            tracing::info!(%term, "not resuming the previous process's term: its renew deadline has passed");
+        match election.resume(previous, driver::now()) {
+            Ok(()) => {
+                tracing::info!(%term, "found the last write of this pod's previous process: its term resumes if the lease still shows that write")
+            }
+            Err(why) => tracing::info!(%term, "not resuming the previous process's term: {why}"),
         }
     }
     let collector_health = config

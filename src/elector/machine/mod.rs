@@ -63,6 +63,7 @@ mod resume;
 mod successor;
 mod view;
 
+pub use resume::NotResumed;
 pub use successor::{
     DEFAULT_CLAIM_WINDOW, HANDOVER_ANNOTATION, SUCCESSOR_ANNOTATION, handover_to, preferred_holder,
     set_annotation, successor_of,
@@ -253,6 +254,9 @@ pub struct Election {
     /// (a restart after a crash or an OOM kill), not a twin — unless it
     /// writes again while we run (see `view`).
     inherited: Option<(String, Option<i64>)>,
+    /// The uid and `renewTime` of a previous process's write taken as our
+    /// own (`resume`), until the first observation confirms the uid.
+    resumed: Option<(String, i64)>,
     view: Option<View>,
     role: Role,
     pending: Option<Pending>,
@@ -298,6 +302,7 @@ impl Election {
             foreign_writers: VecDeque::new(),
             identity_conflicts: 0,
             inherited: None,
+            resumed: None,
             view: None,
             role: Role::Following,
             pending: None,

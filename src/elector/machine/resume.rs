@@ -12,22 +12,38 @@ use super::{Election, Now, Purpose, Role};
 use crate::elector::incarnation::Recorded;
 use crate::elector::lease::{Lease, WriterMark};
 
+/// Why a recorded write was not taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotResumed {
+    /// Its renew deadline passed before this process started.
+    TooOld,
+    /// The record's writer mark is not one (a damaged file).
+    BadMark,
+}
+
+impl std::fmt::Display for NotResumed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::TooOld => "its renew deadline has passed",
+            Self::BadMark => "its writer mark is unreadable",
+        })
+    }
+}
+
 impl Election {
     /// Takes `previous` as our own write, with its writer mark, unless it
-    /// is too old to lead from (its renew deadline passed). Whether it was
-    /// taken. Call before the first input.
-    pub fn resume(&mut self, previous: &Recorded, now: Now) -> bool {
-        let Some(writer) = WriterMark::parse(&previous.writer) else {
-            return false;
-        };
+    /// is too old to lead from (its renew deadline passed). Call before the
+    /// first input: the first observation drops it again unless the Lease
+    /// has the recorded uid (a Lease recreated since is another one).
+    pub fn resume(&mut self, previous: &Recorded, now: Now) -> Result<(), NotResumed> {
+        let writer = WriterMark::parse(&previous.writer).ok_or(NotResumed::BadMark)?;
         let age = now.boot.saturating_since(previous.sent_boot());
         if age >= self.settings.renew_deadline {
-            return false;
+            return Err(NotResumed::TooOld);
         }
-        let Some(sent_at) = now.instant.checked_sub(age) else {
-            return false;
-        };
+        let sent_at = now.instant.checked_sub(age).ok_or(NotResumed::TooOld)?;
         self.writer = writer;
+        self.resumed = Some((previous.uid.clone(), previous.renew_micros));
         self.remember_own_write(OwnWrite {
             renew_micros: previous.renew_micros,
             sent_at,
@@ -37,7 +53,18 @@ impl Election {
             overtaken: false,
             confirmed: true,
         });
-        true
+        Ok(())
+    }
+
+    /// At the first observation: a resumed write counts only on the Lease
+    /// it was written to.
+    pub(super) fn confirm_resumed(&mut self, lease: Option<&Lease>) {
+        let Some((uid, renew)) = self.resumed.take() else {
+            return;
+        };
+        if lease.and_then(Lease::uid) != Some(uid.as_str()) {
+            self.own_writes.retain(|w| w.renew_micros != renew);
+        }
     }
 
     /// While leading: the stored write the Lease shows, for the state

@@ -1749,7 +1749,7 @@ fn a_recorded_write_the_lease_still_shows_resumes_its_term_until_its_renew_deadl
     // Restarted 1 s later (the clocks of both harnesses agree: same boot).
     let mut new = Harness::new("a");
     new.t0 = old.t0;
-    assert!(new.election.resume(&recorded, new.now(1.0)));
+    new.election.resume(&recorded, new.now(1.0)).unwrap();
     new.feed(Input::Observed(Some(server.clone())), 1.0);
     let snapshot = new.snapshot(1.0);
     assert!(snapshot.leading, "leads at once");
@@ -1766,7 +1766,10 @@ fn a_recorded_write_the_lease_still_shows_resumes_its_term_until_its_renew_deadl
     // The record changed since (someone wrote the renewTime): not ours.
     let mut changed = Harness::new("a");
     changed.t0 = old.t0;
-    assert!(changed.election.resume(&recorded, changed.now(1.0)));
+    changed
+        .election
+        .resume(&recorded, changed.now(1.0))
+        .unwrap();
     let edited = changed.server_sets(
         LeaseBuilder::held_by("a")
             .uid(server.uid().unwrap())
@@ -1781,5 +1784,24 @@ fn a_recorded_write_the_lease_still_shows_resumes_its_term_until_its_renew_deadl
     // Too old: its renew deadline passed before the restart.
     let mut late = Harness::new("a");
     late.t0 = old.t0;
-    assert!(!late.election.resume(&recorded, late.now(10.5)));
+    assert_eq!(
+        late.election.resume(&recorded, late.now(10.5)),
+        Err(NotResumed::TooOld)
+    );
+
+    // The Lease was deleted and created again with the same record: another
+    // Lease (another uid), not the one written to.
+    let mut recreated = Harness::new("a");
+    recreated.t0 = old.t0;
+    recreated
+        .election
+        .resume(&recorded, recreated.now(1.0))
+        .unwrap();
+    let mut object = server.object().clone();
+    object.metadata.uid = Some("another-uid".into());
+    recreated.feed(Input::Observed(Some(stored(object, 999))), 1.0);
+    assert!(
+        !recreated.snapshot(1.0).leading,
+        "a recreated Lease is not resumed"
+    );
 }

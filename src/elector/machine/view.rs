@@ -137,6 +137,9 @@ impl Election {
         after_gap: bool,
         source: Source,
     ) {
+        if self.view.is_none() {
+            self.confirm_resumed(lease.as_ref());
+        }
         if let Some(lease) = &lease {
             match source {
                 Source::Event if self.is_stale(lease) => return,
