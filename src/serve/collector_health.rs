@@ -205,9 +205,13 @@ fn log_verdict(before: Verdict, now: Verdict) {
         (_, Verdict::FailedWhileLeading) => tracing::warn!(
             "the collector stopped passing its health check while this pod leads: releasing the lease for a peer"
         ),
+        (Verdict::NoPassWithinGrace, Verdict::StandingBack { wait }) => tracing::info!(
+            ?wait,
+            "the collector never passed its health check while this pod led: standing back, contending only once the group has had no leader for the wait"
+        ),
         (_, Verdict::StandingBack { wait }) => tracing::info!(
             ?wait,
-            "the collector ran and failed its health check: standing back, contending only once the group has had no leader for the wait"
+            "the collector failed its health check: standing back, contending only once the group has had no leader for the wait"
         ),
         (Verdict::StandingBack { wait }, Verdict::MayLead) => tracing::warn!(
             ?wait,

@@ -331,11 +331,16 @@ async fn without_body(request: Request<Incoming>) -> Result<Request<Body>, Respo
 /// that waits unread is hyper's to read (and its readiness hyper's to
 /// clear), so then this only looks again a little later.
 async fn client_closed(stream: &TcpStream) {
-    const AGAIN: Duration = Duration::from_millis(100);
+    // From 100 ms, doubling to a second while input stays unread (a client
+    // pipelining requests it does not read the answers of).
+    let mut again = Duration::from_millis(100);
     loop {
         match stream.ready(tokio::io::Interest::READABLE).await {
             Ok(ready) if ready.is_read_closed() => return,
-            Ok(_) => tokio::time::sleep(AGAIN).await,
+            Ok(_) => {
+                tokio::time::sleep(again).await;
+                again = (again * 2).min(Duration::from_secs(1));
+            }
             Err(_) => std::future::pending().await,
         }
     }
