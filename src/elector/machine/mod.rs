@@ -253,7 +253,9 @@ pub struct Election {
     /// found at our first observation: a previous incarnation of this pod
     /// (a restart after a crash or an OOM kill), not a twin — unless it
     /// writes again while we run (see `view`).
-    inherited: Option<(String, Option<i64>)>,
+    /// With the wall-clock instant of that observation: a write of the old
+    /// process still in flight then lands later, with an earlier renewTime.
+    inherited: Option<(String, i64)>,
     /// The uid and `renewTime` of a previous process's write taken as our
     /// own (`resume`), until the first observation confirms the uid.
     resumed: Option<(String, i64)>,

@@ -1650,12 +1650,35 @@ fn a_restarted_process_finding_its_previous_incarnations_record_counts_no_twin()
     assert!(h.election.is_leading());
     assert_eq!(h.election.identity_conflicts().0, 0);
 
+    // The old process's last renew, sent before it died (stamped before our
+    // first list) but stored after it: no twin either.
+    let mut h = Harness::new("me");
+    let first_seen = h.now(0.0).wall_micros;
+    let old = marked_by_other(
+        &mut h,
+        LeaseBuilder::held_by("me").renewed_at(first_seen - 3 * SECOND),
+    );
+    h.feed(Input::Observed(Some(old)), 0.0);
+    let late = marked_by_other(
+        &mut h,
+        LeaseBuilder::held_by("me").renewed_at(first_seen - SECOND),
+    );
+    h.feed(Input::Observed(Some(late)), 0.5);
+    assert_eq!(
+        h.election.identity_conflicts().0,
+        0,
+        "a late write of the old process"
+    );
+
     // The same start, but the other process is alive and renews: a twin,
     // counted on its first write while we run.
+    // (Its renewTime is its clock at the write, as ours on the same node.)
     let mut h = Harness::new("me");
-    let first = marked_by_other(&mut h, LeaseBuilder::held_by("me").renewed_at(5 * SECOND));
+    let before = h.now(0.0).wall_micros - SECOND;
+    let first = marked_by_other(&mut h, LeaseBuilder::held_by("me").renewed_at(before));
     h.feed(Input::Observed(Some(first)), 0.0);
-    let renewed = marked_by_other(&mut h, LeaseBuilder::held_by("me").renewed_at(7 * SECOND));
+    let while_we_run = h.now(2.0).wall_micros;
+    let renewed = marked_by_other(&mut h, LeaseBuilder::held_by("me").renewed_at(while_we_run));
     h.feed(Input::Observed(Some(renewed)), 2.0);
     assert_eq!(
         h.election.identity_conflicts(),

@@ -160,7 +160,7 @@ impl Election {
         self.conflict_at = None;
         if let Some(lease) = &lease {
             let first = self.view.is_none();
-            self.note_writer(&lease.record(), first);
+            self.note_writer(&lease.record(), first, now.wall_micros);
         }
         if let Some(rv) = lease.as_ref().and_then(Lease::resource_version) {
             self.remember_version(rv);
@@ -331,9 +331,12 @@ impl Election {
     /// mark, or counts another process writing under our identity. A foreign
     /// mark counts only on a record written while we run: the one found at
     /// our `first` observation was written before we started — by a previous
-    /// incarnation of this pod, after a restart — and proves no twin; a twin
-    /// shows itself with its next write (a renew within a retry period).
-    fn note_writer(&mut self, record: &lease::Record, first: bool) {
+    /// incarnation of this pod, after a restart — and proves no twin, nor
+    /// does a write under that mark stamped before that observation (a renew
+    /// the old process sent just before it died, stored after we listed); a
+    /// twin shows itself with its next write (a renew within a retry period,
+    /// stamped while we run).
+    fn note_writer(&mut self, record: &lease::Record, first: bool, now_wall: i64) {
         if record.holder.as_deref() != Some(self.settings.identity.as_str()) {
             return;
         }
@@ -346,12 +349,13 @@ impl Election {
                 }
             }
             Some(foreign) if first => {
-                self.inherited = Some((foreign.to_owned(), record.renew_micros));
+                self.inherited = Some((foreign.to_owned(), now_wall));
             }
-            // The inherited record seen again (a relist, an annotation edit).
+            // The inherited record seen again (a relist, an annotation edit),
+            // or the old process's last write landing late.
             Some(foreign)
-                if self.inherited.as_ref().is_some_and(|(mark, renew)| {
-                    mark == foreign && *renew == record.renew_micros
+                if self.inherited.as_ref().is_some_and(|(mark, first_seen)| {
+                    mark == foreign && record.renew_micros.is_some_and(|r| r <= *first_seen)
                 }) => {}
             // Each other process is counted (and told of) once.
             Some(foreign) if !self.foreign_writers.iter().any(|f| f == foreign) => {
