@@ -14,7 +14,10 @@
 //! then runs out — and at start-up, before anything else (a stale copy from
 //! a killed run), and on SIGTERM/SIGINT. If the gate itself is killed
 //! (SIGKILL, OOM), a [`death_guard`](crate::client::death_guard) removes the
-//! copies within milliseconds. With `--reload-url` one HTTP POST
+//! copies within milliseconds — unless the gate is its container's PID 1
+//! (then the kernel kills the guard with it, and the copy goes at the
+//! container's restart: run it under an init, or share the pod's process
+//! namespace). With `--reload-url` one HTTP POST
 //! follows every change, in order (Prometheus `/-/reload`, Fluent Bit,
 //! Vector); it is sent from a task of its own, so a collector slow to answer
 //! never delays a removal.
