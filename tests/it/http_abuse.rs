@@ -179,6 +179,22 @@ async fn healthz(addr: SocketAddr) -> bool {
         .unwrap_or(false)
 }
 
+/// A leading sidecar whose `/healthz` answers, for an attack on its admin
+/// listener (the fake API server is returned to keep it running).
+async fn leader_for_an_attack(test: &str) -> (FakeApiServer, Sidecar) {
+    support::raise_fd_limit(16_384);
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir(test);
+    let leader = Sidecar::spawn(&api, &dir, "a", Timing::FAST);
+    leader.wait_serving().await;
+    leader.wait_leading(Timing::FAST.lease * 3).await;
+    assert!(
+        healthz(leader.admin).await,
+        "/healthz answers before the attack"
+    );
+    (api, leader)
+}
+
 /// `probes` liveness probes, one every `every`, as a kubelet sends them:
 /// which of them went unanswered within 1 s.
 async fn probe_healthz(admin: SocketAddr, probes: usize, every: Duration) -> Vec<usize> {
@@ -205,17 +221,7 @@ async fn clients_pipelining_metrics_and_never_reading_leave_healthz_answering() 
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
     const ATTACKERS: usize = 128;
     const PROBES: usize = 40;
-    support::raise_fd_limit(16_384);
-    let api = FakeApiServer::start("collectors", LEASE).await;
-    let dir = test_dir("http-abuse-pipeline");
-    let timing = Timing::FAST;
-    let leader = Sidecar::spawn(&api, &dir, "a", timing);
-    leader.wait_serving().await;
-    leader.wait_leading(timing.lease * 3).await;
-    assert!(
-        healthz(leader.admin).await,
-        "/healthz answers before the attack"
-    );
+    let (_api, leader) = leader_for_an_attack("http-abuse-pipeline").await;
 
     let admin = leader.admin;
     let stop = Arc::new(AtomicBool::new(false));
@@ -303,17 +309,7 @@ async fn clients_trickling_request_bodies_leave_healthz_answering() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
     const ATTACKERS: usize = 128;
     const PROBES: usize = 40;
-    support::raise_fd_limit(16_384);
-    let api = FakeApiServer::start("collectors", LEASE).await;
-    let dir = test_dir("http-abuse-trickle");
-    let timing = Timing::FAST;
-    let leader = Sidecar::spawn(&api, &dir, "a", timing);
-    leader.wait_serving().await;
-    leader.wait_leading(timing.lease * 3).await;
-    assert!(
-        healthz(leader.admin).await,
-        "/healthz answers before the attack"
-    );
+    let (_api, leader) = leader_for_an_attack("http-abuse-trickle").await;
 
     let admin = leader.admin;
     let stop = Arc::new(AtomicBool::new(false));
