@@ -168,6 +168,13 @@ pub struct ServeArgs {
     #[arg(long, env = "LEADER_GATE_GATE_LAG", value_parser = parse_duration)]
     pub gate_lag: Option<Duration>,
 
+    /// Let a graceful release go out as soon as every gate registered for
+    /// the term (exec, file-gate, routing) acknowledged that it closed,
+    /// instead of always waiting --gate-lag. Set false when something else
+    /// polls /leader to gate cluster-wide work: it cannot acknowledge.
+    #[arg(long, env = "LEADER_GATE_GATE_ACKS", default_value_t = true, action = ArgAction::Set)]
+    pub gate_acks: bool,
+
     /// Most /events streams open at once; more are answered 503.
     #[arg(long, env = "LEADER_GATE_MAX_SUBSCRIBERS", default_value_t = 128)]
     pub max_subscribers: usize,
@@ -309,6 +316,8 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
     pub shutdown: ShutdownOptions,
+    /// `--gate-acks`.
+    pub gate_acks: bool,
     pub max_subscribers: usize,
     pub events_keep_alive: Duration,
     pub log_format: LogFormat,
@@ -346,6 +355,7 @@ impl ServeArgs {
             release_on_shutdown,
             shutdown_timeout,
             gate_lag,
+            gate_acks,
             max_subscribers,
             events_keep_alive,
             log_format,
@@ -529,6 +539,7 @@ impl ServeArgs {
                 gate_lag,
                 timeout: shutdown_timeout,
             },
+            gate_acks,
             max_subscribers,
             events_keep_alive,
             log_format,

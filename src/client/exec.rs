@@ -10,6 +10,11 @@
 //! SIGINT stop the child the same way and exit 0; SIGHUP, SIGQUIT, SIGUSR1
 //! and SIGUSR2 are forwarded to the child.
 //!
+//! `exec` is a registered gate ([`Feed::registered`]): once a term's whole
+//! tree is reaped and the sidecar said the term stopped — or `exec` is
+//! exiting, so it starts nothing more — it acknowledges the term, and the
+//! sidecar's graceful release need not wait out its gate lag.
+//!
 //! "Its process group" is the whole tree of the term (see
 //! [`process_tree`]): orphans re-parent to `exec` (a subreaper, or PID 1)
 //! and are stopped with the group; the term ends only when nothing of it is
@@ -100,8 +105,11 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
     if let Err(error) = process_tree::become_subreaper() {
         log(&format!("cannot become a child subreaper: {error}"));
     }
-    let mut feed = Feed::new(options.url.clone());
+    let mut feed = Feed::registered(options.url.clone(), "exec");
     let mut running: Option<Running> = None;
+    // A term whose tree is gone, to acknowledge once the sidecar says it
+    // stopped (only a stop it ran out of here may come back).
+    let mut unacknowledged: Option<String> = None;
     loop {
         if let Some(run) = &mut running {
             run.tree.reap();
@@ -135,16 +143,20 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
                     run.term
                 ));
                 run.tree.release();
-                if let Some(status) = run.exited {
-                    return Ok(exit_code(&status));
+                if run.exited.is_some() || run.quit {
+                    // Nothing of the term is left, and exec will not start
+                    // another child for it: the sidecar may release now.
+                    acknowledge(&feed, &run.term).await;
+                    return Ok(run.exited.as_ref().map_or(0, exit_code));
                 }
-                if run.quit {
-                    return Ok(0);
-                }
+                unacknowledged = Some(run.term);
             }
         } else {
             // Idle: orphans re-parented to a subreaper or PID 1 are reaped.
             process_tree::reap_exited();
+        }
+        if let Some(term) = unacknowledged.take_if(|term| feed.stopped_term() == Some(term)) {
+            acknowledge(&feed, &term).await;
         }
         // Reconcile: the tree runs exactly while a term is valid here.
         let valid_term = feed.leading().map(|v| v.term.clone());
@@ -159,6 +171,7 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
             }
             None => {
                 if let Some(term) = valid_term {
+                    unacknowledged = None;
                     running = Some(start(&options.command, term)?);
                 }
             }
@@ -176,6 +189,9 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
             received = signals.next() => {
                 if received == libc::SIGTERM || received == libc::SIGINT {
                     let Some(run) = &mut running else {
+                        if let Some(term) = unacknowledged {
+                            acknowledge(&feed, &term).await;
+                        }
                         return Ok(0);
                     };
                     run.quit = true;
@@ -246,6 +262,17 @@ fn resolve(program: &Path) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
         .find(|candidate| executable(candidate))
+}
+
+/// Tells the sidecar that `term` is over here (best-effort: without it the
+/// sidecar waits its gate lag).
+async fn acknowledge(feed: &Feed, term: &str) {
+    match feed.acknowledgement(term.to_owned()).await {
+        Ok(term) => log(&format!(
+            "told the sidecar that nothing of term {term} runs here"
+        )),
+        Err(why) => log(&why),
+    }
 }
 
 fn log(message: &str) {

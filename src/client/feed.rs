@@ -12,7 +12,10 @@
 //! clock is never used (a step of it would stretch or cut validity).
 //!
 //! The feed reconnects on its own (with `Last-Event-ID`, so nothing the
-//! sidecar still holds is missed) and never ends. Validity is kept on the
+//! sidecar still holds is missed) and never ends. A gate that can tell when
+//! a term has really ended for it registers ([`Feed::registered`]) and
+//! acknowledges each such term ([`Feed::acknowledgement`]): the sidecar's
+//! graceful release then need not wait out its whole gate lag. Validity is kept on the
 //! boot clock, which counts through suspend.
 
 use std::collections::VecDeque;
@@ -37,6 +40,9 @@ pub const MAX_KEEP_ALIVE: Duration = Duration::from_secs(15);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3 * MAX_KEEP_ALIVE.as_secs());
 /// Bound on connecting and on the response head.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bound on an acknowledgement: the sidecar answers it at once, and a gate
+/// that cannot give one costs only the gate lag.
+const ACK_TIMEOUT: Duration = Duration::from_secs(1);
 /// Re-check the boot clock at least this often while leading: a monotonic
 /// timer does not fire on time after a suspend.
 const MAX_SLEEP: Duration = Duration::from_secs(1);
@@ -126,6 +132,11 @@ pub struct Feed {
     failures: u32,
     /// An outage was reported and not yet followed by a connection.
     down_reported: bool,
+    /// Registered as a gate under this id (`/events?gate=ID`): the sidecar
+    /// counts it for every term until it acknowledges the term's end.
+    gate: Option<String>,
+    /// The last term the sidecar itself said had stopped.
+    stopped: Option<String>,
 }
 
 struct Stream {
@@ -149,6 +160,58 @@ impl Feed {
             retry_at: Instant::now(),
             failures: 0,
             down_reported: false,
+            gate: None,
+            stopped: None,
+        }
+    }
+
+    /// A feed that registers as a gate (`kind` names it in the sidecar's
+    /// logs): the sidecar's graceful release waits for this gate's
+    /// [`Feed::acknowledgement`] of each term it was open for, up to its gate lag.
+    pub fn registered(url: GateUrl, kind: &str) -> Self {
+        let mut feed = Self::new(url);
+        feed.gate = Some(format!(
+            "{kind}-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        feed
+    }
+
+    /// The last term the sidecar said had stopped (a `stopped-leading`):
+    /// it is over there and cannot come back, unlike one that only ran out
+    /// here.
+    pub fn stopped_term(&self) -> Option<&str> {
+        self.stopped.as_deref()
+    }
+
+    /// Tells the sidecar that nothing of `term` runs here and nothing will
+    /// again, so its release need not wait out the gate lag for this gate.
+    /// Best-effort: without it the sidecar waits its gate lag, as for any
+    /// gate that cannot say. Not registered: nothing to tell.
+    /// Resolves with the term once the sidecar counted it.
+    pub fn acknowledgement(
+        &self,
+        term: String,
+    ) -> impl Future<Output = Result<String, String>> + Send + 'static {
+        let request = self.gate.as_ref().map(|gate| {
+            let endpoint = format!("/gates/{gate}/closed?term={}", query_escape(&term));
+            (self.url.clone(), endpoint)
+        });
+        async move {
+            let Some((url, endpoint)) = request else {
+                return Ok(term);
+            };
+            match url.fetch(Method::POST, &endpoint, ACK_TIMEOUT).await {
+                Ok((204, _)) => Ok(term),
+                Ok((status, body)) => Err(format!(
+                    "the sidecar answered {status} to the acknowledgement of term {term}: {}",
+                    String::from_utf8_lossy(&body).trim()
+                )),
+                Err(error) => Err(format!(
+                    "cannot acknowledge the end of term {term}: {error}"
+                )),
+            }
         }
     }
 
@@ -224,9 +287,13 @@ impl Feed {
         if let Some(id) = last_id.as_deref() {
             headers.push(("last-event-id", id));
         }
+        let endpoint = match &self.gate {
+            Some(gate) => format!("/events?gate={gate}"),
+            None => "/events".to_owned(),
+        };
         let result = self
             .url
-            .send(Method::GET, "/events", &headers, CONNECT_TIMEOUT)
+            .send(Method::GET, &endpoint, &headers, CONNECT_TIMEOUT)
             .await;
         match result {
             Ok(response) if response.status().is_success() => {
@@ -284,7 +351,12 @@ impl Feed {
                     self.validity = Some(validity);
                 }
             }
-            "stopped-leading" => self.validity = None,
+            "stopped-leading" => {
+                self.validity = None;
+                if let Some(term) = data["term"].as_str() {
+                    self.stopped = Some(term.to_owned());
+                }
+            }
             // `new-leader` changes nothing here; `lagged` is followed by a state.
             _ => {}
         }
@@ -309,6 +381,19 @@ fn validity_end(
         .map(|ms| BootInstant::from_since_boot(Duration::from_millis(ms)));
     let end = deadline.map_or(by_receipt, |deadline| deadline.min(by_receipt));
     (!end.remaining().is_zero()).then_some(end)
+}
+
+/// Everything but unreserved characters percent-encoded, for a query value.
+fn query_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 fn far_future() -> Instant {

@@ -7,6 +7,8 @@
 //!   [`published::AppState`], and the `/leader` body is judged from it.
 //! - [`transitions`]: the log of leadership transitions (ids, history, fan-out).
 //! - [`sse_route`]: `GET /events`, the transition log as server-sent events.
+//! - [`gate_acks`]: the gates registered for a term, and their
+//!   acknowledgements that it ended for them (an early release).
 //! - [`kube_events`]: Kubernetes Events about the Lease (`--record-events`).
 //! - [`routing`]: the EndpointSlice that routes a Service to the leader
 //!   (`--route-service`).
@@ -20,6 +22,7 @@
 pub mod collector_health;
 pub mod collector_policy;
 pub mod exposition;
+pub mod gate_acks;
 pub mod kube_events;
 pub mod metrics;
 pub mod published;

@@ -24,6 +24,7 @@ use crate::elector::api_error::ApiError;
 use crate::elector::driver::{Heartbeat, Outlet};
 use crate::elector::incarnation::{Recorded, StateDir};
 use crate::elector::machine::Snapshot;
+use crate::serve::gate_acks::GateAcks;
 use crate::serve::kube_events::Recorder;
 use crate::serve::metrics::Metrics;
 use crate::serve::transitions::{EventKind, EventLog, Transition};
@@ -109,6 +110,9 @@ pub struct Publisher {
     recorder: Option<Recorder>,
     /// `--state-dir`: where our last stored write is kept for a restart.
     state_dir: Option<StateDir>,
+    /// The gates registered for each term, told of every publication; their
+    /// acknowledgements may end the gate lag early.
+    gate_acks: Option<Arc<GateAcks>>,
 }
 
 // === impl Publisher ===
@@ -125,6 +129,7 @@ impl Publisher {
             metrics,
             recorder: None,
             state_dir: None,
+            gate_acks: None,
         };
         (publisher, rx)
     }
@@ -142,10 +147,17 @@ impl Publisher {
         self
     }
 
+    /// Tells `gate_acks` of every publication, and lets a release go out
+    /// once every gate registered for the term has acknowledged its end.
+    pub fn with_gate_acks(mut self, gate_acks: Arc<GateAcks>) -> Self {
+        self.gate_acks = Some(gate_acks);
+        self
+    }
+
     /// Publishes `snapshot` if anything a reader sees changed, with an event
     /// for each transition (stopped before new-leader before started).
     pub fn publish(&self, snapshot: &Snapshot) {
-        self.tx.send_if_modified(|state| {
+        let changed = self.tx.send_if_modified(|state| {
             let term = snapshot.term.as_ref().map(|t| t.to_string());
             let transitions = self.transitions(state, snapshot, &term);
             for transition in &transitions {
@@ -181,6 +193,12 @@ impl Publisher {
             }
             changed
         });
+        // Only now, with the new state visible to every reader (see
+        // [`crate::serve::gate_acks`] for why the order matters).
+        if changed && let Some(gate_acks) = &self.gate_acks {
+            let state = self.tx.borrow();
+            gate_acks.term_changed(state.term.as_deref(), state.leading);
+        }
     }
 
     fn transitions(
@@ -244,6 +262,19 @@ impl Outlet for Publisher {
         self.metrics.identity_conflicts(new);
     }
 
+    fn gates_closed(&self) -> futures::future::BoxFuture<'static, ()> {
+        match &self.gate_acks {
+            Some(gate_acks) => Box::pin(gate_acks.clone().all_closed()),
+            None => Box::pin(std::future::pending()),
+        }
+    }
+
+    fn gates_still_open(&self) -> Vec<String> {
+        self.gate_acks
+            .as_ref()
+            .map_or_else(Vec::new, |acks| acks.still_open())
+    }
+
     fn resumable(&self, write: Option<&Recorded>) {
         let Some(state_dir) = &self.state_dir else {
             return;
@@ -287,6 +318,8 @@ pub struct AppState {
     pub keep_alive: Duration,
     /// Ends the event streams (the server's own graceful shutdown waits for them).
     pub shutdown: CancellationToken,
+    /// Where `/events?gate=ID` registers and `POST /gates/ID/closed` acknowledges.
+    pub gate_acks: Arc<GateAcks>,
 }
 
 /// The `/leader` body for `state`, judged now, written into `out`: the same
@@ -476,6 +509,7 @@ mod tests {
             subscribers: Arc::new(Semaphore::new(1)),
             keep_alive: Duration::from_secs(15),
             shutdown: CancellationToken::new(),
+            gate_acks: crate::serve::gate_acks::GateAcks::new(8),
         }
     }
 

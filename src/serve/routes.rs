@@ -2,7 +2,8 @@
 //! socket); [`crate::serve::server`] serves them on a pre-bound listener until a
 //! cancellation token fires.
 //!
-//! - gate router (pod-local): `GET|HEAD /leader`, `GET /events`
+//! - gate router (pod-local): `GET|HEAD /leader`, `GET /events`,
+//!   `POST /gates/{gate}/closed`
 //! - admin router (kubelet, Prometheus): `/leader`, `/healthz`, `/readyz`, `/metrics`
 
 use std::sync::Arc;
@@ -11,18 +12,20 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use crate::serve::exposition::Format;
+use crate::serve::gate_acks;
 pub use crate::serve::published::{AppState, leader_body, write_leader_body};
 use crate::serve::sse_route;
 
-/// The gate listener's routes: `/leader`, `/events`. The handlers share the
+/// The gate listener's routes: `/leader`, `/events`, `/gates/{gate}/closed`. The handlers share the
 /// state behind one `Arc` (one reference count per request, not one per field).
 pub fn gate_router(app: AppState) -> Router {
     Router::new()
         .route("/leader", get(leader))
         .route("/events", get(sse_route::events))
+        .route("/gates/{gate}/closed", post(gate_acks::closed))
         .with_state(Arc::new(app))
 }
 
@@ -130,6 +133,7 @@ mod tests {
             subscribers: Arc::new(Semaphore::new(2)),
             keep_alive: Duration::from_secs(15),
             shutdown: CancellationToken::new(),
+            gate_acks: crate::serve::gate_acks::GateAcks::new(8),
         }
     }
 
@@ -180,6 +184,48 @@ mod tests {
         assert_eq!(body["seq"], 1);
         let valid_for = body["valid_for_ms"].as_u64().unwrap();
         assert!(valid_for > 9_000 && valid_for <= 10_000, "{valid_for}");
+    }
+
+    #[tokio::test]
+    async fn acknowledgements_are_taken_from_this_pod_only_and_for_a_known_gate_and_term() {
+        use crate::serve::server::Peer;
+        let app = app(leading(BootInstant::after(Duration::from_secs(10))));
+        let acks = app.gate_acks.clone();
+        let _exec = acks.register("exec-1").unwrap();
+        acks.term_changed(Some("uid/1"), true);
+        acks.term_changed(Some("uid/1"), false);
+        let router = gate_router(app);
+        let post = |peer: &str, path: &str| {
+            let mut request = Request::builder()
+                .method("POST")
+                .uri(path)
+                .body(Body::empty())
+                .unwrap();
+            request.extensions_mut().insert(Peer(peer.parse().unwrap()));
+            let router = router.clone();
+            async move { router.oneshot(request).await.unwrap().status() }
+        };
+        let ok = "/gates/exec-1/closed?term=uid%2F1";
+        assert_eq!(post("10.0.0.7:5000", ok).await, StatusCode::FORBIDDEN);
+        assert!(
+            !acks.closed_now(),
+            "a peer elsewhere cannot let the release go"
+        );
+        assert_eq!(
+            post("127.0.0.1:5000", "/gates/exec-1/closed").await,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            post("127.0.0.1:5000", "/gates/exec-1/closed?term=uid%2F0").await,
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            post("127.0.0.1:5000", "/gates/other/closed?term=uid%2F1").await,
+            StatusCode::NOT_FOUND
+        );
+        assert!(!acks.closed_now());
+        assert_eq!(post("[::1]:5000", ok).await, StatusCode::NO_CONTENT);
+        assert!(acks.closed_now());
     }
 
     #[tokio::test]

@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -119,6 +120,10 @@ const LINGER_BYTES: usize = 256 * 1024;
 #[derive(Clone)]
 pub struct ReadClosed(pub CancellationToken);
 
+/// In a request's extensions: the address of its client.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub SocketAddr);
+
 /// Serves `router` on `listener` until `shutdown`, then lets open requests
 /// finish (event streams end on the same token).
 pub async fn serve(
@@ -145,7 +150,7 @@ pub async fn serve(
     let table = &listener_state.table;
     let mut connections = JoinSet::new();
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 // EMFILE and friends: wait a little rather than spin.
@@ -166,6 +171,7 @@ pub async fn serve(
         limit_send_buffer(&stream);
         connections.spawn(connection(
             stream,
+            peer,
             listener_state.clone(),
             slot,
             shutdown.clone(),
@@ -207,6 +213,7 @@ type Answer = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>
 /// One connection, from its admission to its close.
 async fn connection(
     stream: TcpStream,
+    peer: SocketAddr,
     shared: Arc<Shared>,
     slot: Arc<Slot>,
     shutdown: CancellationToken,
@@ -243,6 +250,7 @@ async fn connection(
             request
                 .extensions_mut()
                 .insert(ReadClosed(busy_slot.read_closed.clone()));
+            request.extensions_mut().insert(Peer(peer));
             let busy = Busy::new(busy_slot.clone());
             // A connection's first request is answered at once (a probe's
             // only one); every later one takes its turn in a fair queue,

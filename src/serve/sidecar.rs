@@ -1,7 +1,7 @@
 //! The sidecar (`leader-gate serve`) as one function: binds the listeners,
 //! starts the election driver, the collector health check and the HTTP
 //! servers, and runs the shutdown sequence on SIGTERM/SIGINT (step down,
-//! gate lag, release, stop serving; a second signal exits at once). Kept in
+//! gate lag or every gate's acknowledgement, release, stop serving; a second signal exits at once). Kept in
 //! the library so the binary stays thin and the demo can run real sidecars.
 
 use std::process::ExitCode;
@@ -20,6 +20,7 @@ use crate::elector::lease_client::{self, KubeLeaseStore};
 use crate::elector::machine::{Election, Settings};
 use crate::exit;
 use crate::serve::collector_health;
+use crate::serve::gate_acks::GateAcks;
 use crate::serve::kube_events::{self, Recorder};
 use crate::serve::metrics::Metrics;
 use crate::serve::published::Publisher;
@@ -115,6 +116,12 @@ pub async fn run(config: ServeConfig) -> ExitCode {
         },
     };
     let (mut publisher, state) = Publisher::new(events.clone(), metrics.clone());
+    // Gates register here; with --gate-acks their acknowledgements may end
+    // the gate lag before a release.
+    let gate_acks = GateAcks::new(config.max_subscribers);
+    if config.gate_acks {
+        publisher = publisher.with_gate_acks(gate_acks.clone());
+    }
     if let Some(state_dir) = state_dir {
         publisher = publisher.with_state_dir(state_dir);
     }
@@ -142,6 +149,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
             state.clone(),
             config.retry_period,
             config.lease_duration,
+            &gate_acks,
         )
     });
     let heartbeat = Heartbeat::new();
@@ -159,6 +167,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
         subscribers: Arc::new(Semaphore::new(config.max_subscribers)),
         keep_alive: config.events_keep_alive,
         shutdown: stop_serving.clone(),
+        gate_acks,
     };
 
     spawn_heap_trim();

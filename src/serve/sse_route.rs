@@ -6,7 +6,9 @@
 //! the buffer behind gets a `lagged` event and a fresh `state`, and carries on
 //! (it is not disconnected). Streams end on shutdown after the events already
 //! published (a final `stopped-leading` with reason `shutdown` among them).
-//! At most `max_subscribers` streams are open; beyond that, 503.
+//! At most `max_subscribers` streams are open; beyond that, 503. With
+//! `?gate=ID` the subscriber is a gate that acknowledges the end of each
+//! term it was open for ([`crate::serve::gate_acks`]).
 //!
 //! Validity, so a subscriber fails closed when this process dies: `state`,
 //! `started-leading` and `renewed` carry `valid_for_ms`, judged when the event
@@ -28,7 +30,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
 use http_body_util::StreamBody;
@@ -38,6 +40,7 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, Sleep};
 
 use crate::clock::{BootInstant, wall_micros};
+use crate::serve::gate_acks::{RegisterError, Registration, query_param};
 use crate::serve::metrics::Metrics;
 use crate::serve::published::LeaderState;
 use crate::serve::published::{AppState, json_str, write_leader_body, write_valid_until};
@@ -48,6 +51,7 @@ use crate::serve::transitions::{Event, EventKind, Next, Start, Subscription, eve
 pub async fn events(
     State(app): State<Arc<AppState>>,
     read_closed: Option<Extension<ReadClosed>>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     let Ok(permit) = app.subscribers.clone().try_acquire_owned() else {
@@ -56,6 +60,20 @@ pub async fn events(
             "too many event subscribers\n",
         )
             .into_response();
+    };
+    // A gate registers before it reads anything: if it is too late to be
+    // counted for a term, what it reads says that term is over.
+    let registration = match query_param(uri.query(), "gate") {
+        None => None,
+        Some(id) => match app.gate_acks.register(&id) {
+            Ok(registration) => Some(registration),
+            Err(error @ RegisterError::InvalidId) => {
+                return (StatusCode::BAD_REQUEST, format!("{error}\n")).into_response();
+            }
+            Err(error @ RegisterError::Full) => {
+                return (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")).into_response();
+            }
+        },
     };
     // A header that is not visible ASCII is an id we never gave: unknown,
     // not absent (the subscriber did have a position and may miss events).
@@ -73,6 +91,7 @@ pub async fn events(
         read_closed: read_closed.map(|Extension(ReadClosed(token))| token),
         half_closed: false,
         _slot: Slot::new(permit, app.metrics.clone()),
+        _registration: registration,
         app,
         subscription,
     };
@@ -124,6 +143,8 @@ struct EventStream {
     app: Arc<AppState>,
     ending: bool,
     _slot: Slot,
+    /// `?gate=ID`: registered for every term while the stream lasts.
+    _registration: Option<Registration>,
 }
 
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";

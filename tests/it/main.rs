@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod acknowledged;
 mod apiserver_contract;
 mod chaos;
 mod cli;

@@ -57,11 +57,26 @@ impl EventClient {
         addr: SocketAddr,
         last_event_id: Option<&str>,
     ) -> Result<EventClient, Box<dyn std::error::Error + Send + Sync>> {
+        Self::try_connect_to(addr, "/events", last_event_id).await
+    }
+
+    /// Subscribes as the registered gate `gate` (`/events?gate=GATE`).
+    pub async fn connect_as_gate(addr: SocketAddr, gate: &str) -> EventClient {
+        Self::try_connect_to(addr, &format!("/events?gate={gate}"), None)
+            .await
+            .unwrap_or_else(|e| panic!("GET /events?gate={gate}: {e}"))
+    }
+
+    async fn try_connect_to(
+        addr: SocketAddr,
+        path: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<EventClient, Box<dyn std::error::Error + Send + Sync>> {
         let stream = TcpStream::connect(addr).await?;
         let (mut sender, connection) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(connection);
-        let mut request = hyper::Request::get("/events")
+        let mut request = hyper::Request::get(path)
             .header("host", addr.to_string())
             .header("accept", "text/event-stream");
         if let Some(id) = last_event_id {

@@ -22,6 +22,12 @@
 //! Vector); it is sent from a task of its own, so a collector slow to answer
 //! never delays a removal.
 //!
+//! `file-gate` is a registered gate ([`Feed::registered`]): once every copy
+//! of a term is removed, the reload after it answered, and the sidecar said
+//! the term stopped — or on SIGTERM, once the same is done — it
+//! acknowledges the term, so the sidecar's graceful release need not wait
+//! out its gate lag.
+//!
 //! [`feed`]: crate::client::feed
 
 mod writer;
@@ -39,7 +45,7 @@ use tokio::task::JoinHandle;
 use crate::client::death_guard::{Guard, OnDeath};
 use crate::client::feed::Feed;
 use crate::client::url::GateUrl;
-use writer::{Changed, Disk, RealDisk, Writer};
+use writer::{Changed, Disk, RealDisk, Reload, Writer};
 
 /// How long a reload POST may take.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -124,13 +130,29 @@ pub async fn run(options: FileGateOptions) {
         reload(url).await;
     }
     let guard = guard(&gate.options.mappings);
-    let mut feed = Feed::new(gate.options.url.clone());
+    let mut feed = Feed::registered(gate.options.url.clone(), "file-gate");
+    // The term the copies were last written for, until its end is
+    // acknowledged: once they are removed, the collector told (its reload
+    // answered), and the sidecar said the term stopped.
+    let mut open_term: Option<String> = None;
     loop {
         // Writes go to the writer threads; a removal happens here and now.
-        if feed.leading().is_some() {
+        if let Some(leading) = feed.leading() {
+            open_term = Some(leading.term.clone());
             gate.write_all();
-        } else if gate.remove_all("leadership ended or cannot be confirmed") {
-            reloader.changed();
+        } else {
+            if gate.remove_all("leadership ended or cannot be confirmed") {
+                reloader.changed();
+            }
+            if let Some(term) = open_term.take_if(|term| feed.stopped_term() == Some(term)) {
+                // In a task of its own: a collector slow to answer its
+                // reload must not keep this loop from the next term.
+                let (flushed, ack) = (reloader.flushed(), feed.acknowledgement(term));
+                tokio::spawn(async move {
+                    flushed.await;
+                    log_acknowledged(ack.await);
+                });
+            }
         }
         tokio::select! {
             signal = feed.next() => {
@@ -150,16 +172,30 @@ pub async fn run(options: FileGateOptions) {
         guard.dismiss();
     }
     gate.finish().await;
+    reloader.flushed().await;
+    // Nothing is copied, nor will be again by this process.
+    if let Some(term) = open_term {
+        log_acknowledged(feed.acknowledgement(term).await);
+    }
     reloader.finish().await;
+}
+
+/// What an acknowledgement of a term's end did (best-effort: without it the
+/// sidecar waits its gate lag).
+fn log_acknowledged(result: Result<String, String>) {
+    match result {
+        Ok(term) => log(&format!(
+            "told the sidecar that no copy of term {term} is left"
+        )),
+        Err(why) => log(&why),
+    }
 }
 
 /// Sends one reload POST per change, in order, in a task of its own: a
 /// collector that answers its reload slowly (Prometheus answers once the
 /// whole configuration is reloaded) must never hold up a removal.
 struct Reloader {
-    /// `true`: something changed; `false`: finish (writer threads hold
-    /// senders too, so the channel closing cannot be the signal).
-    queue: Option<mpsc::UnboundedSender<bool>>,
+    queue: Option<mpsc::UnboundedSender<Reload>>,
     worker: Option<JoinHandle<()>>,
 }
 
@@ -171,10 +207,16 @@ impl Reloader {
                 worker: None,
             };
         };
-        let (queue, mut changes) = mpsc::unbounded_channel::<bool>();
+        let (queue, mut changes) = mpsc::unbounded_channel::<Reload>();
         let worker = tokio::spawn(async move {
-            while let Some(true) = changes.recv().await {
-                reload(&url).await;
+            while let Some(next) = changes.recv().await {
+                match next {
+                    Reload::Changed => reload(&url).await,
+                    Reload::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                    Reload::Finish => break,
+                }
             }
         });
         Self {
@@ -193,10 +235,24 @@ impl Reloader {
         Changed(self.queue.clone())
     }
 
+    /// Resolves once every reload queued so far was answered (or failed:
+    /// each is bounded), at once without `--reload-url`.
+    fn flushed(&self) -> impl Future<Output = ()> + Send + 'static {
+        let answered = self.queue.as_ref().and_then(|queue| {
+            let (done, answered) = tokio::sync::oneshot::channel();
+            queue.send(Reload::Flush(done)).is_ok().then_some(answered)
+        });
+        async move {
+            if let Some(answered) = answered {
+                let _ = answered.await;
+            }
+        }
+    }
+
     /// Sends what is queued, for a bounded time.
     async fn finish(mut self) {
         if let Some(queue) = self.queue.take() {
-            let _ = queue.send(false);
+            let _ = queue.send(Reload::Finish);
         }
         if let Some(worker) = self.worker.take()
             && tokio::time::timeout(2 * RELOAD_TIMEOUT, worker)
@@ -347,19 +403,21 @@ mod tests {
         }
     }
 
-    fn changes() -> (Changed, mpsc::UnboundedReceiver<bool>) {
+    fn changes() -> (Changed, mpsc::UnboundedReceiver<Reload>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (Changed(Some(tx)), rx)
     }
 
-    fn count(rx: &mut mpsc::UnboundedReceiver<bool>) -> usize {
-        std::iter::from_fn(|| rx.try_recv().ok()).count()
+    fn count(rx: &mut mpsc::UnboundedReceiver<Reload>) -> usize {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .filter(|r| matches!(r, Reload::Changed))
+            .count()
     }
 
     fn gate(
         d: &Path,
         disk: Option<Arc<dyn Disk>>,
-    ) -> (Gate, Mapping, mpsc::UnboundedReceiver<bool>) {
+    ) -> (Gate, Mapping, mpsc::UnboundedReceiver<Reload>) {
         let src = d.join("src.yml");
         std::fs::write(&src, "a: 1\n").unwrap();
         let mapping =
@@ -379,7 +437,7 @@ mod tests {
     }
 
     /// Writes, then waits until the writer is done; how many changes it made.
-    fn settle(gate: &Gate, rx: &mut mpsc::UnboundedReceiver<bool>) -> usize {
+    fn settle(gate: &Gate, rx: &mut mpsc::UnboundedReceiver<Reload>) -> usize {
         gate.write_all();
         gate.writers.iter().for_each(Writer::wait_idle);
         count(rx)

@@ -29,12 +29,23 @@ use super::{Mapping, log, parent, sync_dir};
 /// Says "something changed" to the reloader; the writer says it while it
 /// still holds the fence, so the POSTs come in the order of the changes.
 #[derive(Clone, Default)]
-pub(super) struct Changed(pub(super) Option<mpsc::UnboundedSender<bool>>);
+pub(super) struct Changed(pub(super) Option<mpsc::UnboundedSender<Reload>>);
+
+/// What the reloader's queue carries, in order.
+pub(super) enum Reload {
+    /// Something changed: one POST.
+    Changed,
+    /// Answered once every POST queued before it was answered (or failed).
+    Flush(tokio::sync::oneshot::Sender<()>),
+    /// No more: end (writer threads hold senders too, so the channel
+    /// closing cannot be the signal).
+    Finish,
+}
 
 impl Changed {
     pub(super) fn changed(&self) {
         if let Some(queue) = &self.0 {
-            let _ = queue.send(true);
+            let _ = queue.send(Reload::Changed);
         }
     }
 }

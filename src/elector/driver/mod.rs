@@ -6,7 +6,8 @@
 //! [`Election`], publishes the new state, and only then carries out the
 //! actions (so "not leading" is out before any retry or release, G2). Nothing
 //! else mutates election state. A release, on shutdown or for an unhealthy
-//! collector, goes out only once the gates had their lag (G6).
+//! collector, goes out only once the gates had their lag, or all said they
+//! are closed (G6).
 //!
 //! A watch that fails is not left to resume quietly: the machine is told
 //! ([`Input::WatchInterrupted`]) and a fresh watch, which lists first, is
@@ -75,6 +76,16 @@ pub trait Outlet: Send + Sync + 'static {
     /// ([`Election::resumable`]), each time it changes; `None` once there is
     /// nothing to resume (the term ended).
     fn resumable(&self, _write: Option<&Recorded>) {}
+    /// Resolves once every gate registered for the term that just ended has
+    /// acknowledged that it is closed; never, when no gate can say so (the
+    /// gate lag then runs in full).
+    fn gates_closed(&self) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::pending())
+    }
+    /// The gates registered for the last term that have not acknowledged it.
+    fn gates_still_open(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Liveness of the election task: it beats on every turn of its loop (at
@@ -160,7 +171,7 @@ struct Driver {
     /// The instant of the last input fed to the machine.
     handled: Instant,
     /// When "not leading" was last published after leading: the gates count
-    /// their lag from here (G6).
+    /// their lag from here (G6). `None` once they are known to be closed.
     stepped_down_at: Option<Instant>,
     gate_lag: Duration,
     /// The collector's health; `None` when not checked (or the check ended).
@@ -370,9 +381,7 @@ impl Driver {
                     let gates_closed = self.gates_closed();
                     let release = self.send(write);
                     self.inflight = Some(Box::pin(async move {
-                        if let Some(at) = gates_closed {
-                            sleep_until(at).await;
-                        }
+                        gates_closed.await;
                         let input = release.await;
                         match &input {
                             Input::Written(Ok(_)) => {
@@ -430,10 +439,40 @@ impl Driver {
         );
     }
 
-    /// When the gates are closed after the last step-down: its publication
-    /// plus the gate lag (G6). `None`: this process never led.
-    fn gates_closed(&self) -> Option<Instant> {
-        self.stepped_down_at.map(|at| at + self.gate_lag)
+    /// Resolves once the gates are closed after the last step-down (G6):
+    /// every gate registered for the term has acknowledged its end, or the
+    /// gate lag, counted from the publication, ran out. At once if this
+    /// process never led, or the gates are known to be closed.
+    fn gates_closed(&self) -> BoxFuture<'static, ()> {
+        let Some(stepped_down) = self.stepped_down_at else {
+            return Box::pin(std::future::ready(()));
+        };
+        let lag_over = stepped_down + self.gate_lag;
+        let acknowledged = self.publisher.gates_closed();
+        let publisher = self.publisher.clone();
+        Box::pin(async move {
+            tokio::select! {
+                biased;
+                () = acknowledged => {
+                    let after = stepped_down.elapsed();
+                    if Instant::now() < lag_over {
+                        tracing::info!(
+                            after_ms = after.as_millis() as u64,
+                            "every gate registered for the term acknowledged its end: not waiting out the gate lag"
+                        );
+                    }
+                }
+                () = sleep_until(lag_over) => {
+                    let open = publisher.gates_still_open();
+                    if !open.is_empty() {
+                        tracing::warn!(
+                            gates = ?open,
+                            "the gate lag ran out before these registered gates acknowledged the end of the term (gone, stuck or slow to stop)"
+                        );
+                    }
+                }
+            }
+        })
     }
 
     fn publish_now(&self) -> Snapshot {
@@ -465,8 +504,9 @@ impl Driver {
         })
     }
 
-    /// G6: not leading → gate lag → the request in flight → marked release,
-    /// all within the shutdown timeout.
+    /// G6: not leading → gate lag (or every registered gate's
+    /// acknowledgement) → the request in flight → marked release, all
+    /// within the shutdown timeout.
     async fn hand_over(&mut self, options: ShutdownOptions) {
         let deadline = Instant::now() + options.timeout;
         let settings = self.election.settings();
@@ -476,18 +516,18 @@ impl Driver {
             at.checked_sub(settings.renew_deadline).unwrap_or(at) + settings.lease_duration
         });
         self.step(Input::Shutdown).await;
-        if let Some(gates_closed) = self.gates_closed() {
+        if self.stepped_down_at.is_some() {
             // The gates close on "not leading"; give them their lag, counted
-            // from when it was published, before anyone may take over.
-            if timeout_at(deadline, sleep_until(gates_closed))
-                .await
-                .is_err()
-            {
+            // from when it was published, or until they all said they are
+            // closed, before anyone may take over.
+            if timeout_at(deadline, self.gates_closed()).await.is_err() {
                 tracing::warn!(
                     "the gate lag outlasts the shutdown timeout: not releasing; peers take over after expiry"
                 );
                 return;
             }
+            // Closed: the release below need not wait (nor say so) again.
+            self.stepped_down_at = None;
         }
         if let Some(inflight) = self.inflight.take() {
             match timeout_at(deadline, inflight).await {

@@ -221,6 +221,14 @@ impl Outlet for Tally {
     fn resumable(&self, write: Option<&crate::elector::incarnation::Recorded>) {
         self.outlet.resumable(write);
     }
+
+    fn gates_closed(&self) -> futures::future::BoxFuture<'static, ()> {
+        self.outlet.gates_closed()
+    }
+
+    fn gates_still_open(&self) -> Vec<String> {
+        self.outlet.gates_still_open()
+    }
 }
 
 #[cfg(test)]

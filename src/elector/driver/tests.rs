@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::elector::lease::Lease;
 use crate::elector::machine::Settings;
+use crate::serve::gate_acks::{Ack, GateAcks};
 use crate::serve::published::{LeaderState, Publisher};
 
 /// One Lease in memory, shared by all candidates, with a watch of its states.
@@ -285,6 +286,7 @@ struct Candidate {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
     flips: Arc<Mutex<Vec<(Instant, bool)>>>,
+    term: Arc<Mutex<Option<String>>>,
 }
 
 impl Candidate {
@@ -302,6 +304,20 @@ impl Candidate {
         gate_lag: Duration,
         health: Option<watch::Receiver<bool>>,
     ) -> Self {
+        Self::start_full(client, gate_lag, health, None)
+    }
+
+    /// A candidate whose releases may be cut short by `gate_acks`.
+    fn start_acked(client: Client, gate_lag: Duration, gate_acks: Arc<GateAcks>) -> Self {
+        Self::start_full(client, gate_lag, None, Some(gate_acks))
+    }
+
+    fn start_full(
+        client: Client,
+        gate_lag: Duration,
+        health: Option<watch::Receiver<bool>>,
+        gate_acks: Option<Arc<GateAcks>>,
+    ) -> Self {
         let settings = Settings {
             identity: client.name.clone(),
             namespace: "ns".into(),
@@ -312,13 +328,21 @@ impl Candidate {
         };
         let events = crate::serve::transitions::EventLog::new(&client.name, 64, 64);
         let metrics = Arc::new(crate::serve::metrics::Metrics::new("ns", "demo"));
-        let (publisher, mut rx) = Publisher::new(events, metrics);
+        let (mut publisher, mut rx) = Publisher::new(events, metrics);
+        if let Some(gate_acks) = gate_acks {
+            publisher = publisher.with_gate_acks(gate_acks);
+        }
         let flips = Arc::new(Mutex::new(Vec::new()));
         let recorded = flips.clone();
+        let term = Arc::new(Mutex::new(None));
+        let last_term = term.clone();
         tokio::spawn(async move {
             let mut last = false;
             while rx.changed().await.is_ok() {
                 let state: LeaderState = rx.borrow_and_update().clone();
+                if state.term.is_some() {
+                    last_term.lock().unwrap().clone_from(&state.term);
+                }
                 if state.leading != last {
                     last = state.leading;
                     recorded.lock().unwrap().push((Instant::now(), last));
@@ -344,7 +368,17 @@ impl Candidate {
             options,
             health,
         ));
-        Self { stop, task, flips }
+        Self {
+            stop,
+            task,
+            flips,
+            term,
+        }
+    }
+
+    /// The last term it published.
+    fn term(&self) -> String {
+        self.term.lock().unwrap().clone().expect("it led")
     }
 
     fn flips(&self) -> Vec<(Instant, bool)> {
@@ -466,6 +500,60 @@ async fn a_hung_request_during_shutdown_is_bounded_by_the_shutdown_timeout() {
     (&mut leader.task).await.unwrap();
     assert!(Instant::now() - signalled <= Duration::from_secs(5));
     assert_eq!(leader.flips().last().unwrap(), &(signalled, false));
+}
+
+/// A leader with one registered gate, stopped by SIGTERM; `gate` gets the
+/// registry and the term once "not leading" is published, and acts on it.
+/// Returns how long after the step-down the release went out.
+async fn release_with_one_gate(gate: impl AsyncFnOnce(Arc<GateAcks>, String)) -> Duration {
+    let memory = Memory::new();
+    let gate_acks = GateAcks::new(8);
+    let registration = gate_acks.register("exec-1").unwrap();
+    let mut leader = Candidate::start_acked(
+        memory.client("a"),
+        Duration::from_secs(3),
+        gate_acks.clone(),
+    );
+    sleep(Duration::from_secs(3)).await;
+    assert!(leader.started_at().is_some());
+    let term = leader.term();
+    leader.stop.cancel();
+    while leader.flips().len() < 2 {
+        sleep(Duration::from_millis(10)).await;
+    }
+    let stepped_down = leader.flips()[1].0;
+    gate(gate_acks, term).await;
+    drop(registration);
+    (&mut leader.task).await.unwrap();
+    memory.last_write_by("a") - stepped_down
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_release_goes_out_once_every_registered_gate_acknowledged() {
+    let after = release_with_one_gate(async |acks: Arc<GateAcks>, term: String| {
+        sleep(Duration::from_millis(500)).await;
+        assert_eq!(acks.acknowledge("exec-1", &term), Ack::Counted);
+    })
+    .await;
+    assert!(
+        after >= Duration::from_millis(500),
+        "not before the acknowledgement: {after:?}"
+    );
+    assert!(
+        after < Duration::from_millis(600),
+        "not the whole gate lag: {after:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_registered_gate_that_never_acknowledges_holds_the_release_for_the_gate_lag() {
+    // It dies without a word (its registration ends), or acknowledges
+    // another term: neither counts.
+    let after = release_with_one_gate(async |acks: Arc<GateAcks>, _term: String| {
+        assert_eq!(acks.acknowledge("exec-1", "another/term"), Ack::OtherTerm);
+    })
+    .await;
+    assert!(after >= Duration::from_secs(3), "{after:?}");
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,0 +1,423 @@
+//! Acknowledged step-downs: which gates hold a term open, and whether every
+//! one of them has said it is closed.
+//!
+//! A gate registers by subscribing to `/events?gate=ID` (`exec` and
+//! `file-gate` do; the routing task registers itself). Every gate connected
+//! when a term starts, or that registers while it runs, is *registered for
+//! that term* and stays so — through disconnects, and if it dies — until it
+//! acknowledges the term with `POST /gates/ID/closed?term=TERM`: "nothing of
+//! this term runs here, and nothing will again". A graceful release waits
+//! for [`GateAcks::all_closed`] or the gate lag, whichever comes first; with
+//! no gate registered for the term it waits the whole gate lag (a poller of
+//! `/leader` cannot say when it stopped).
+//!
+//! Safety rests on one order: the publisher changes the published state
+//! *before* it tells this registry ([`GateAcks::term_changed`]), and a
+//! subscriber registers *before* it reads the state. A gate that registers
+//! too late to be counted for a term therefore reads that the term is over,
+//! and never opens for it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Extension, Path, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::watch;
+
+use crate::serve::published::AppState;
+use crate::serve::server::Peer;
+
+/// The registry of one sidecar.
+pub struct GateAcks {
+    inner: Mutex<Inner>,
+    /// Bumped on every change an [`GateAcks::all_closed`] waiter may care for.
+    changed: watch::Sender<u64>,
+    /// Distinct gates (connected or still owing an acknowledgement) at most.
+    capacity: usize,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Gates with an open subscription, by id: how many (a reconnect may
+    /// overlap the old stream's end).
+    connected: HashMap<Arc<str>, usize>,
+    /// The current term, or the last one.
+    term: Option<TermGates>,
+}
+
+struct TermGates {
+    term: String,
+    leading: bool,
+    /// Registered for this term and not yet acknowledged.
+    open: HashSet<Arc<str>>,
+    /// Registered for this term and acknowledged.
+    closed: HashSet<Arc<str>>,
+}
+
+impl TermGates {
+    fn knows(&self, gate: &str) -> bool {
+        self.open.contains(gate) || self.closed.contains(gate)
+    }
+}
+
+/// A gate id that cannot be registered.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    #[error("invalid gate id: 1 to 64 of A-Z a-z 0-9 . _ -")]
+    InvalidId,
+    #[error("too many gates registered")]
+    Full,
+}
+
+/// What an acknowledgement did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ack {
+    /// Counted (or already was).
+    Counted,
+    /// This term is not the one the sidecar leads or last led.
+    OtherTerm,
+    /// No gate of this id was registered for the term.
+    UnknownGate,
+}
+
+/// A subscription's registration; dropping it says the stream ended (the
+/// gate still owes its acknowledgement for the term it was registered for).
+pub struct Registration {
+    acks: Arc<GateAcks>,
+    gate: Arc<str>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut inner = self.acks.inner.lock().expect("gate acks lock");
+        if let Some(count) = inner.connected.get_mut(&self.gate) {
+            *count -= 1;
+            if *count == 0 {
+                inner.connected.remove(&self.gate);
+            }
+        }
+    }
+}
+
+// === impl GateAcks ===
+
+impl GateAcks {
+    pub fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Mutex::default(),
+            changed: watch::channel(0).0,
+            capacity: capacity.max(1),
+        })
+    }
+
+    /// Registers gate `id` for as long as the returned value lives, and for
+    /// the current term if one is leading.
+    pub fn register(self: &Arc<Self>, id: &str) -> Result<Registration, RegisterError> {
+        if !valid_id(id) {
+            return Err(RegisterError::InvalidId);
+        }
+        let mut inner = self.inner.lock().expect("gate acks lock");
+        let known = inner.connected.contains_key(id)
+            || inner.term.as_ref().is_some_and(|term| term.knows(id));
+        if !known
+            && inner.connected.len() + inner.term.as_ref().map_or(0, |t| t.open.len())
+                >= self.capacity
+        {
+            return Err(RegisterError::Full);
+        }
+        let gate: Arc<str> = id.into();
+        *inner.connected.entry(gate.clone()).or_default() += 1;
+        if let Some(term) = inner.term.as_mut().filter(|t| t.leading)
+            && !term.closed.contains(id)
+        {
+            term.open.insert(gate.clone());
+        }
+        Ok(Registration {
+            acks: self.clone(),
+            gate,
+        })
+    }
+
+    /// The published state now says `leading` in `term`: call after it is
+    /// published, on every publication.
+    pub fn term_changed(&self, term: Option<&str>, leading: bool) {
+        let mut inner = self.inner.lock().expect("gate acks lock");
+        let current = inner.term.as_ref();
+        let new_term = leading
+            && current.is_none_or(|gates| !gates.leading || Some(gates.term.as_str()) != term);
+        if new_term {
+            let open = inner.connected.keys().cloned().collect();
+            inner.term = Some(TermGates {
+                term: term.unwrap_or_default().to_owned(),
+                leading: true,
+                open,
+                closed: HashSet::new(),
+            });
+        } else if !leading && let Some(gates) = inner.term.as_mut().filter(|g| g.leading) {
+            gates.leading = false;
+        } else {
+            return;
+        }
+        drop(inner);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Gate `id` says nothing of `term` runs or will run for it.
+    pub fn acknowledge(&self, id: &str, term: &str) -> Ack {
+        let mut inner = self.inner.lock().expect("gate acks lock");
+        let Some(gates) = inner.term.as_mut().filter(|g| g.term == term) else {
+            return Ack::OtherTerm;
+        };
+        let Some(gate) = gates.open.take(id) else {
+            return if gates.closed.contains(id) {
+                Ack::Counted
+            } else {
+                Ack::UnknownGate
+            };
+        };
+        gates.closed.insert(gate);
+        drop(inner);
+        self.changed.send_modify(|n| *n += 1);
+        Ack::Counted
+    }
+
+    /// The last term is over, at least one gate was registered for it, and
+    /// every one has acknowledged: there is nothing left to wait for.
+    pub fn closed_now(&self) -> bool {
+        let inner = self.inner.lock().expect("gate acks lock");
+        inner
+            .term
+            .as_ref()
+            .is_some_and(|g| !g.leading && g.open.is_empty() && !g.closed.is_empty())
+    }
+
+    /// Resolves once [`Self::closed_now`] holds (never, if it never does).
+    pub async fn all_closed(self: Arc<Self>) {
+        let mut changes = self.changed.subscribe();
+        loop {
+            if self.closed_now() {
+                return;
+            }
+            if changes.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
+    /// Gates registered for the last term that have not acknowledged it.
+    pub fn still_open(&self) -> Vec<String> {
+        let inner = self.inner.lock().expect("gate acks lock");
+        let mut open: Vec<String> = inner
+            .term
+            .iter()
+            .flat_map(|g| g.open.iter().map(|id| id.to_string()))
+            .collect();
+        open.sort();
+        open
+    }
+}
+
+/// The handler of `POST /gates/{gate}/closed?term=TERM`: 204 when counted;
+/// 409 for a term that is not the current or last one; 404 for a gate not
+/// registered for it; 403 from anywhere but this host (an acknowledgement
+/// lets a peer start, so only the pod's own containers may give one).
+pub async fn closed(
+    State(app): State<Arc<AppState>>,
+    Path(gate): Path<String>,
+    peer: Option<Extension<Peer>>,
+    uri: Uri,
+) -> Response {
+    if !peer.is_some_and(|Extension(Peer(addr))| addr.ip().is_loopback()) {
+        return (
+            StatusCode::FORBIDDEN,
+            "acknowledgements are taken from this pod only (a loopback address)\n",
+        )
+            .into_response();
+    }
+    let Some(term) = query_param(uri.query(), "term") else {
+        return (StatusCode::BAD_REQUEST, "missing ?term=TERM\n").into_response();
+    };
+    match app.gate_acks.acknowledge(&gate, &term) {
+        Ack::Counted => {
+            tracing::debug!(gate, term, "a gate acknowledged the end of its term");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ack::OtherTerm => (
+            StatusCode::CONFLICT,
+            format!("term {term:?} is neither the current nor the last term of this sidecar\n"),
+        )
+            .into_response(),
+        Ack::UnknownGate => (
+            StatusCode::NOT_FOUND,
+            format!("no gate {gate:?} is registered for term {term:?}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// The value of `name` in a query string, percent-decoded.
+pub fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    query?.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (key == name).then(|| percent_decode(value))?
+    })
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = text.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            byte => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// 1 to 64 characters of `A-Z a-z 0-9 . _ -`: safe in a path, a query and a log.
+pub fn valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_gate_registered_for_a_term_must_acknowledge_it_even_after_it_disconnected() {
+        let acks = GateAcks::new(8);
+        let exec = acks.register("exec-1").unwrap();
+        acks.term_changed(Some("u/1"), true);
+        let late = acks.register("file-gate-2").unwrap();
+        drop(late); // it dies without a word: still owed
+        acks.term_changed(Some("u/1"), false);
+        assert!(!acks.closed_now());
+        assert_eq!(acks.acknowledge("exec-1", "u/1"), Ack::Counted);
+        assert!(!acks.closed_now(), "the dead gate still holds the term");
+        assert_eq!(acks.still_open(), ["file-gate-2"]);
+        assert_eq!(acks.acknowledge("file-gate-2", "u/1"), Ack::Counted);
+        assert!(acks.closed_now());
+        assert_eq!(
+            acks.acknowledge("exec-1", "u/1"),
+            Ack::Counted,
+            "idempotent"
+        );
+        drop(exec);
+    }
+
+    #[test]
+    fn no_registered_gate_means_nothing_can_say_the_term_is_closed() {
+        let acks = GateAcks::new(8);
+        acks.term_changed(Some("u/1"), true);
+        acks.term_changed(Some("u/1"), false);
+        assert!(!acks.closed_now());
+        assert_eq!(acks.acknowledge("stranger", "u/1"), Ack::UnknownGate);
+        assert!(!acks.closed_now());
+    }
+
+    #[test]
+    fn an_acknowledgement_counts_only_for_its_own_term() {
+        let acks = GateAcks::new(8);
+        let _exec = acks.register("exec-1").unwrap();
+        acks.term_changed(Some("u/1"), true);
+        acks.term_changed(Some("u/1"), false);
+        assert_eq!(acks.acknowledge("exec-1", "u/0"), Ack::OtherTerm);
+        assert!(!acks.closed_now());
+        // A new term counts every connected gate again, acknowledged before or not.
+        acks.term_changed(Some("u/2"), true);
+        assert_eq!(acks.acknowledge("exec-1", "u/1"), Ack::OtherTerm);
+        acks.term_changed(Some("u/2"), false);
+        assert!(!acks.closed_now());
+        assert_eq!(acks.acknowledge("exec-1", "u/2"), Ack::Counted);
+        assert!(acks.closed_now());
+    }
+
+    #[test]
+    fn a_gate_that_acknowledged_while_leading_is_not_counted_again_on_reconnect() {
+        let acks = GateAcks::new(8);
+        let exec = acks.register("exec-1").unwrap();
+        acks.term_changed(Some("u/1"), true);
+        // exec exits for good while the term runs: its last word.
+        assert_eq!(acks.acknowledge("exec-1", "u/1"), Ack::Counted);
+        drop(exec);
+        let again = acks.register("exec-1").unwrap();
+        acks.term_changed(Some("u/1"), false);
+        assert!(acks.closed_now());
+        drop(again);
+    }
+
+    #[test]
+    fn a_gate_registered_after_the_step_down_is_not_waited_for() {
+        let acks = GateAcks::new(8);
+        let _exec = acks.register("exec-1").unwrap();
+        acks.term_changed(Some("u/1"), true);
+        acks.term_changed(Some("u/1"), false);
+        let _late = acks.register("late").unwrap();
+        assert_eq!(acks.acknowledge("exec-1", "u/1"), Ack::Counted);
+        assert!(acks.closed_now());
+    }
+
+    #[test]
+    fn query_values_are_found_and_decoded() {
+        assert_eq!(
+            query_param(Some("term=ab%2Fc-1&x=y"), "term").as_deref(),
+            Some("ab/c-1")
+        );
+        assert_eq!(
+            query_param(Some("x=1&gate=exec-1"), "gate").as_deref(),
+            Some("exec-1")
+        );
+        assert_eq!(query_param(Some("gate"), "gate").as_deref(), Some(""));
+        assert_eq!(query_param(Some("term=%zz"), "term"), None);
+        assert_eq!(query_param(None, "term"), None);
+    }
+
+    #[test]
+    fn ids_are_checked_and_the_registry_is_bounded() {
+        let acks = GateAcks::new(2);
+        for bad in ["", "a/b", "a b", &"x".repeat(65), "é"] {
+            assert_eq!(
+                acks.register(bad).err(),
+                Some(RegisterError::InvalidId),
+                "{bad:?}"
+            );
+        }
+        let _a = acks.register("a").unwrap();
+        let _b = acks.register("b").unwrap();
+        assert_eq!(acks.register("c").err(), Some(RegisterError::Full));
+        let _b_again = acks.register("b").expect("a known gate reconnects");
+    }
+
+    #[tokio::test]
+    async fn all_closed_resolves_on_the_last_acknowledgement() {
+        let acks = GateAcks::new(8);
+        let _exec = acks.register("exec-1").unwrap();
+        acks.term_changed(Some("u/1"), true);
+        acks.term_changed(Some("u/1"), false);
+        let waiting = tokio::spawn(acks.clone().all_closed());
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        acks.acknowledge("exec-1", "u/1");
+        tokio::time::timeout(std::time::Duration::from_secs(1), waiting)
+            .await
+            .expect("resolves")
+            .unwrap();
+    }
+}

@@ -1,0 +1,362 @@
+//! The acknowledged step-down, with real processes against the fake API
+//! server: a graceful release goes out as soon as every gate registered for
+//! the term (`exec`, `file-gate`, a subscriber of `/events?gate=ID`) said
+//! the term is over for it, and never later than the gate lag; a registered
+//! gate that dies without a word holds the release for the whole gate lag.
+//!
+//! Judged by order (the release after the last acknowledgement, the old
+//! tree gone before the peer's child starts) and by the gate lag, which is
+//! seconds longer than an acknowledged hand-over takes: without
+//! acknowledgements every release here would come at the gate lag.
+//! `MEASURE` lines report the hand-over times.
+
+use crate::support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use support::events::EventClient;
+use support::fake_apiserver::{FakeApiServer, Verb};
+use support::file_gate::{FileGate, Reloads};
+use support::gate_clients::{COLLECTOR, ChildLog, Entry, GateClient, spawn_exec, wall_now};
+use support::sidecar::{Sidecar, Timing, test_dir};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const LEASE: &str = "cluster-metrics";
+const SECOND: Duration = Duration::from_secs(1);
+const NAMES: [&str; 2] = ["a", "b"];
+/// The margin (lease − renew deadline = 3 s) covers exec's `--grace 2s` and
+/// the gate lag.
+const TIMING: Timing = Timing {
+    lease: Duration::from_secs(6),
+    renew_deadline: Duration::from_secs(3),
+    retry: Duration::from_secs(1),
+};
+const GATE_LAG: Duration = Duration::from_millis(2500);
+
+struct Pods {
+    api: FakeApiServer,
+    dir: PathBuf,
+    sidecars: Vec<Sidecar>,
+}
+
+impl Pods {
+    async fn start(test: &str) -> Pods {
+        let api = FakeApiServer::start("collectors", LEASE).await;
+        let dir = test_dir(test);
+        let lag = format!("{}ms", GATE_LAG.as_millis());
+        let sidecars: Vec<Sidecar> = NAMES
+            .iter()
+            .map(|name| Sidecar::spawn_with(&api, &dir, name, TIMING, &["--gate-lag", &lag]))
+            .collect();
+        for sidecar in &sidecars {
+            sidecar.wait_serving().await;
+        }
+        Pods { api, dir, sidecars }
+    }
+
+    /// The index of the sidecar that leads first.
+    async fn leader(&self) -> usize {
+        let deadline = Instant::now() + TIMING.lease * 3;
+        loop {
+            for (i, sidecar) in self.sidecars.iter().enumerate() {
+                if sidecar.leader().await.is_some_and(|p| p.leading()) {
+                    return i;
+                }
+            }
+            assert!(Instant::now() < deadline, "nobody led");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// When `name`'s release (a write that clears the holder) was received.
+    async fn release_of(&self, name: &str) -> Instant {
+        let deadline = Instant::now() + TIMING.lease * 2;
+        loop {
+            let release = self
+                .api
+                .requests_of(name, Verb::Update)
+                .into_iter()
+                .find(|r| r.holder.is_none() && r.status == Some(200));
+            if let Some(release) = release {
+                return release.at;
+            }
+            assert!(Instant::now() < deadline, "{name} never released");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Two pods, each a sidecar and an `exec` of [`COLLECTOR`]; also the
+/// leader's index and its child's start.
+async fn exec_pods(test: &str) -> (Pods, Vec<GateClient>, ChildLog, usize, Entry) {
+    let pods = Pods::start(test).await;
+    let log = ChildLog(pods.dir.join("children.log"));
+    let execs: Vec<GateClient> = NAMES
+        .iter()
+        .zip(&pods.sidecars)
+        .map(|(name, sidecar)| {
+            spawn_exec(
+                &pods.dir,
+                name,
+                &format!("http://{}", sidecar.gate),
+                &log.0,
+                COLLECTOR,
+            )
+        })
+        .collect();
+    let first = log.wait_for(TIMING.lease * 3, |e| e.what == "start").await;
+    let l = NAMES.iter().position(|n| *n == first.name).unwrap();
+    assert_eq!(pods.leader().await, l);
+    // Both execs subscribed (the follower's too) and the leader renewed.
+    tokio::time::sleep(TIMING.retry * 2).await;
+    (pods, execs, log, l, first)
+}
+
+/// The peer's first child after `after` (wall clock, seconds).
+async fn peer_start(log: &ChildLog, peer: usize, after: f64) -> f64 {
+    log.wait_for(TIMING.lease * 3, |e| {
+        e.what == "start" && e.name == NAMES[peer] && e.wall > after
+    })
+    .await
+    .wall
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_exec_pod_hands_over_once_its_tree_is_gone_without_waiting_out_the_gate_lag() {
+    // A pod's deletion with native sidecars: the collector's container
+    // (exec) gets SIGTERM first and exits; only then does the sidecar.
+    let (mut pods, mut execs, log, l, _) = exec_pods("ack-exec-pod-deleted").await;
+    let p = 1 - l;
+    execs[l].signal(libc::SIGTERM);
+    assert_eq!(
+        execs[l].exit_code(SECOND * 10).await,
+        0,
+        "{}",
+        execs[l].stderr()
+    );
+    let tree_gone = wall_now();
+    let signalled = Instant::now();
+    pods.sidecars[l].signal(libc::SIGTERM);
+    let released = pods.release_of(NAMES[l]).await;
+    let started = peer_start(&log, p, tree_gone).await;
+    log.assert_never_two_at_once();
+    assert!(
+        released - signalled < GATE_LAG,
+        "released {:?} after SIGTERM: exec had acknowledged, nothing was left to wait for\n{}",
+        released - signalled,
+        pods.sidecars[l].log()
+    );
+    let sidecar_log = pods.sidecars[l].log();
+    assert!(
+        sidecar_log.contains("acknowledged its end"),
+        "{sidecar_log}"
+    );
+    assert!(pods.sidecars[l].wait_exit(SECOND * 10).await.is_some());
+    println!(
+        "MEASURE acknowledged exec pod deletion: released {:.3}s after the sidecar's SIGTERM; peer's child started {:.3}s after the old tree was gone",
+        (released - signalled).as_secs_f64(),
+        started - tree_gone
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_to_the_sidecar_releases_once_exec_reaped_the_tree() {
+    let (pods, _execs, log, l, old) = exec_pods("ack-exec-sidecar-sigterm").await;
+    let p = 1 - l;
+    let signalled = Instant::now();
+    let signalled_wall = wall_now();
+    pods.sidecars[l].signal(libc::SIGTERM);
+    let released = pods.release_of(NAMES[l]).await;
+    let stopped = log
+        .wait_for(SECOND * 5, |e| e.what == "stop" && e.pid == old.pid)
+        .await;
+    let started = peer_start(&log, p, signalled_wall).await;
+    log.assert_never_two_at_once();
+    assert!(stopped.wall < started, "the old child stopped first");
+    assert!(
+        released - signalled < GATE_LAG,
+        "released {:?} after SIGTERM\n{}",
+        released - signalled,
+        pods.sidecars[l].log()
+    );
+    println!(
+        "MEASURE acknowledged exec SIGTERM: released {:.3}s after SIGTERM; old child stopped {:.3}s, peer's started {:.3}s after it",
+        (released - signalled).as_secs_f64(),
+        stopped.wall - signalled_wall,
+        started - signalled_wall
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_killed_without_acknowledging_holds_the_release_for_the_whole_gate_lag() {
+    let (pods, mut execs, log, l, old) = exec_pods("ack-exec-dies").await;
+    let p = 1 - l;
+    // SIGKILL: its tree dies with it (the death guard, without a TERM trap
+    // to log a stop), and it says nothing.
+    execs[l].signal(libc::SIGKILL);
+    assert!(execs[l].wait_exit(SECOND * 5).await.is_some());
+    let deadline = Instant::now() + SECOND * 5;
+    // SAFETY: kill(2) with signal 0 only checks whether the pid exists.
+    while unsafe { libc::kill(old.pid, 0) } == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the old child dies with its exec"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let signalled = Instant::now();
+    let signalled_wall = wall_now();
+    pods.sidecars[l].signal(libc::SIGTERM);
+    let released = pods.release_of(NAMES[l]).await;
+    peer_start(&log, p, signalled_wall).await;
+    assert!(
+        released - signalled >= GATE_LAG,
+        "released {:?} after SIGTERM, before the gate lag, though a registered gate never acknowledged",
+        released - signalled
+    );
+    let sidecar_log = pods.sidecars[l].log();
+    assert!(
+        sidecar_log.contains("the gate lag ran out before these registered gates acknowledged"),
+        "{sidecar_log}"
+    );
+}
+
+/// `POST /gates/GATE/closed?term=TERM` on the gate listener: the status.
+async fn acknowledge(sidecar: &Sidecar, gate: &str, term: &str) -> u16 {
+    let mut stream = tokio::net::TcpStream::connect(sidecar.gate).await.unwrap();
+    let request = format!(
+        "POST /gates/{gate}/closed?term={} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        term.replace('/', "%2F")
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("an HTTP answer: {answer:?}"))
+}
+
+/// A pod with a `file-gate` and a subscriber (registered as gate `sub`
+/// when `registered`), both subscribed while the first term runs. Returns
+/// the pods, the leader, its file gate and DST, the subscriber and the
+/// reload server (with `reload_delay`).
+async fn file_gate_pods(
+    test: &str,
+    registered: bool,
+    reload_delay: Option<Duration>,
+) -> (Pods, usize, FileGate, PathBuf, EventClient, Option<Reloads>) {
+    let pods = Pods::start(test).await;
+    let l = pods.leader().await;
+    let gate = pods.sidecars[l].gate;
+    let mut sub = if registered {
+        EventClient::connect_as_gate(gate, "sub").await
+    } else {
+        EventClient::connect(gate, None).await
+    };
+    let state = sub.next(SECOND).await.expect("a state event");
+    assert_eq!(state.kind(), "state");
+    let src = pods.dir.join("targets.yml");
+    std::fs::write(&src, "- targets: ['ksm:8080']\n").unwrap();
+    let out = pods.dir.join("conf.d");
+    std::fs::create_dir_all(&out).unwrap();
+    let dst = out.join("targets.yml");
+    let reloads = match reload_delay {
+        Some(delay) => Some(Reloads::start_slow(&[&dst], delay).await),
+        None => None,
+    };
+    let url = reloads
+        .as_ref()
+        .map(|r| format!("http://{}/-/reload", r.addr));
+    let extra: Vec<&str> = url
+        .iter()
+        .flat_map(|u| ["--reload-url", u.as_str()])
+        .collect();
+    let gate = FileGate::spawn(&pods.dir, "file-gate", gate, &extra, &[(&src, &dst)]);
+    let deadline = Instant::now() + SECOND * 5;
+    while !dst.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the copy appears: {}",
+            gate.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (pods, l, gate, dst, sub, reloads)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_release_waits_for_the_last_registered_gate_a_subscriber_that_acknowledges_late() {
+    let (pods, l, _gate, dst, mut sub, _) = file_gate_pods("ack-subscriber-late", true, None).await;
+    let signalled = Instant::now();
+    pods.sidecars[l].signal(libc::SIGTERM);
+    let stop = sub
+        .next_of("stopped-leading", SECOND * 5)
+        .await
+        .expect("the subscriber hears the stop");
+    let term = stop.term().expect("the stop names its term").to_owned();
+    // The subscriber's own collector takes a second to stop.
+    tokio::time::sleep(SECOND).await;
+    assert!(!dst.exists(), "the file gate removed its copy at once");
+    assert_eq!(
+        acknowledge(&pods.sidecars[l], "sub", "another/term").await,
+        409
+    );
+    assert_eq!(acknowledge(&pods.sidecars[l], "stranger", &term).await, 404);
+    let acknowledged = Instant::now();
+    let early = pods
+        .api
+        .requests_of(NAMES[l], Verb::Update)
+        .into_iter()
+        .any(|r| r.holder.is_none());
+    assert!(!early, "no release before the subscriber's acknowledgement");
+    assert_eq!(acknowledge(&pods.sidecars[l], "sub", &term).await, 204);
+    let released = pods.release_of(NAMES[l]).await;
+    assert!(
+        released >= acknowledged,
+        "the release follows the last acknowledgement"
+    );
+    assert!(
+        released - signalled < GATE_LAG,
+        "released {:?} after SIGTERM: every gate had acknowledged",
+        released - signalled
+    );
+    println!(
+        "MEASURE acknowledged subscriber: released {:.1} ms after the last acknowledgement",
+        (released - acknowledged).as_secs_f64() * 1e3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_gate_acknowledges_once_its_copy_is_gone_and_the_reload_answered() {
+    let reload = Duration::from_millis(800);
+    // The subscriber is not registered: only the file gate acknowledges.
+    let (pods, l, gate, _dst, _sub, reloads) =
+        file_gate_pods("ack-file-gate-reload", false, Some(reload)).await;
+    let signalled = Instant::now();
+    pods.sidecars[l].signal(libc::SIGTERM);
+    let released = pods.release_of(NAMES[l]).await;
+    let after = released - signalled;
+    assert!(
+        after >= reload,
+        "released {after:?} after SIGTERM, before the file gate's reload ({reload:?}) was answered\n{}",
+        gate.log()
+    );
+    assert!(
+        after < GATE_LAG,
+        "released {after:?} after SIGTERM\n{}",
+        gate.log()
+    );
+    let posts = reloads.unwrap().posts();
+    assert!(
+        posts.last().is_some_and(|p| p.existed == [false]),
+        "the last reload told the collector of the removal: {posts:?}"
+    );
+    println!(
+        "MEASURE acknowledged file-gate: released {:.3}s after SIGTERM (reload answered after {:.1}s)",
+        after.as_secs_f64(),
+        reload.as_secs_f64()
+    );
+}
