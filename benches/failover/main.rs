@@ -9,7 +9,7 @@
 //!     cargo bench --bench failover -- --peer bench-peer/target/release/klm-gate
 //!
 //! Scenarios (names for `--only`, matched as substrings): `acquire`,
-//! `graceful`, `routing`, `resume`, `crash`, `edit`, `forbidden`, `hang`, `startup`, `load10`,
+//! `graceful`, `routing`, `acknowledged`, `resume`, `crash`, `edit`, `forbidden`, `hang`, `startup`, `load10`,
 //! `load100`, `wrk`, `fanout`, `swarm10`, `swarm1000` (these two matched
 //! whole; `swarm` names both). Three more run only when named in `--only`:
 //! `load1000` (1,000 processes, about 8 GiB resident in all) and `day` (a
@@ -46,6 +46,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod acknowledged;
 mod day;
 mod fanout;
 mod group;
@@ -184,6 +185,22 @@ fn main() {
                 "routing: the slice names nobody (old leader left → new one named)",
                 "",
                 &v.iter().map(|r| r.empty).collect::<Vec<_>>(),
+                |_| true,
+            );
+        }
+        if opts.wants("acknowledged") {
+            note("acknowledged");
+            let (acked, unacked) = acknowledged::run(rounds).await;
+            table.durations(
+                "acknowledged: exec pod deleted (exec exits, then its sidecar) → the peer's collector starts (defaults, gate lag 4s)",
+                "≤ 500",
+                &acked,
+                |p| p <= 500.0,
+            );
+            table.durations(
+                "acknowledged: the same with --gate-acks=false (the release waits the gate lag)",
+                "",
+                &unacked,
                 |_| true,
             );
         }
