@@ -35,6 +35,12 @@
 //! pod's own terms (rule 5 of `history.rs`), and at the end the slice must
 //! list the final leader within [`SLICE_SETTLES`].
 //!
+//! State directory: every sidecar runs with `--state-dir` (one per member,
+//! kept across its restarts, as a pod's `emptyDir`), and a third of the
+//! SIGKILLs restart within a second, so a killed leader may resume its own
+//! term; the checker accepts a term held by successive incarnations of one
+//! instance only when each was spawned after the previous one was gone.
+//!
 //! Named successor (issue 13): the candidates claim the successor slot
 //! within [`CLAIM_WINDOW`], so a successor is named most of the run, and
 //! three kinds of fault aim at it: SIGKILL of the candidate the Lease names
@@ -708,6 +714,9 @@ impl Chaos {
         let (api, dir) = (self.api.clone(), self.dir.clone());
         let ip = pod_ip(i);
         let sidecar = tokio::task::spawn_blocking(move || {
+            // The pod's emptyDir: kept across the member's restarts, so a
+            // restarted leader may resume its term.
+            let state = dir.join(format!("state-{name}"));
             Sidecar::spawn_logged(
                 &api,
                 &dir,
@@ -721,6 +730,8 @@ impl Chaos {
                     SERVICE,
                     "--pod-ip",
                     &ip,
+                    "--state-dir",
+                    state.to_str().expect("a UTF-8 path"),
                 ],
             )
         })
@@ -856,7 +867,14 @@ impl Chaos {
                     s.wait_exit(Duration::from_secs(5)).await;
                 }
                 member.state = Proc::Down;
-                let down = secs(0.2 + d.frac * 5.8);
+                // A third come back within a second, as a kubelet restarts
+                // a crashed container: a leader among them resumes its term
+                // from its state directory.
+                let down = if d.variant == 0 {
+                    secs(0.2 + d.frac * 0.8)
+                } else {
+                    secs(0.2 + d.frac * 5.8)
+                };
                 Some((format!("down {down:?}"), Some(down), Some(Heal::Restart(i))))
             }
             Kind::Term => {
@@ -1779,7 +1797,8 @@ impl Chaos {
              faults injected: {total} {counts:?} (skipped, no eligible target: {skipped})\n\
              transitions observed: started-leading {started}, stopped-leading {stopped} {reasons:?}, \
              new-leader {new_leader}, renewed {renewed}, state {state}\n\
-             terms: {probed} seen leading by the sampler, {announced} announced on streams; \
+             terms: {probed} seen leading by the sampler, {announced} announced on streams, \
+             {resumed} resumed by a restarted process; \
              processes: {procs}; probes: {probes} ({unanswered} unanswered)\n\
              overlaps: {overlaps}\n\
              slice writes: {listing} listing a pod, each checked against its terms ({margin:?} \
@@ -1816,6 +1835,7 @@ impl Chaos {
             state = count("state"),
             probed = verdict.terms_probed,
             announced = verdict.terms_announced,
+            resumed = verdict.terms_resumed,
             procs = history.incarnations.len(),
             probes = verdict.probes,
             unanswered = verdict.unanswered,
@@ -1862,6 +1882,8 @@ mod history_checker {
     /// A synthetic history on a millisecond grid.
     struct Synth {
         h: History,
+        /// The incarnation the next probes and events come from.
+        incarnation: u32,
     }
 
     impl Synth {
@@ -1879,7 +1901,14 @@ mod history_checker {
                     faults: Vec::new(),
                     slice_writes: Vec::new(),
                 },
+                incarnation: 1,
             }
+        }
+
+        /// The probes and events that follow come from incarnation `n`.
+        fn in_incarnation(mut self, n: u32) -> Synth {
+            self.incarnation = n;
+            self
         }
 
         fn at(&self, ms: u64) -> Instant {
@@ -1943,7 +1972,7 @@ mod history_checker {
             while t < to {
                 self.h.probes.push(Probe {
                     instance: name.into(),
-                    incarnation: 1,
+                    incarnation: self.incarnation,
                     sent: self.at(t),
                     received: self.at(t + 5),
                     status,
@@ -1959,7 +1988,7 @@ mod history_checker {
         fn probe(mut self, name: &str, sent: u64, received: u64, term: &str) -> Synth {
             self.h.probes.push(Probe {
                 instance: name.into(),
-                incarnation: 1,
+                incarnation: self.incarnation,
                 sent: self.at(sent),
                 received: self.at(received),
                 status: 200,
@@ -1981,7 +2010,7 @@ mod history_checker {
             let mut s = self.stream(name, ms.saturating_sub(5));
             s.h.events.push(StreamEvent {
                 instance: name.into(),
-                incarnation: 1,
+                incarnation: s.incarnation,
                 arrived: s.at(ms + 2),
                 published: s.at(ms),
                 message,
@@ -2097,6 +2126,44 @@ mod history_checker {
         assert!(s.rules().contains(&"overlap"), "{:?}", s.rules());
     }
 
+    /// a leads u/1 from 0; at 2 s it is SIGKILLed (its validity runs to 4 s),
+    /// and its next incarnation, spawned at `respawn`, resumes u/1 at 2.1 s.
+    fn resumed(respawn: u64, instance: &str) -> Synth {
+        Synth::new()
+            .end_at(6_000)
+            .streams_only()
+            .process("a", 1, 0, Some((2_000, End::Killed)))
+            .process(instance, 2, respawn, None)
+            .probes("a", 20, 2_000, 200, Some("u/1"))
+            .event("a", 15, Message::Started, Some("u/1"), Some(3000))
+            .event("a", 1_000, Message::Renewed, Some("u/1"), Some(3000))
+            .in_incarnation(2)
+            .probes(instance, 2_100, 6_000, 200, Some("u/1"))
+            .event(instance, 2_100, Message::Started, Some("u/1"), Some(3000))
+    }
+
+    #[test]
+    fn a_term_resumed_by_the_next_incarnation_after_the_old_one_ended_breaks_no_rule() {
+        assert_eq!(resumed(2_050, "a").rules(), Vec::<&str>::new());
+        // Spawned before the old process was gone: two live processes held it.
+        let early = resumed(1_500, "a").rules();
+        assert!(early.contains(&"overlap"), "{early:?}");
+        assert!(early.contains(&"repeated-term"), "{early:?}");
+        assert!(early.contains(&"pairing"), "{early:?}");
+        // Another instance cannot resume it.
+        let other = resumed(2_050, "b").rules();
+        assert!(
+            other.contains(&"overlap") && other.contains(&"pairing"),
+            "{other:?}"
+        );
+        // The old process's 200s must still not overlap the new one's.
+        let late =
+            resumed(2_050, "a")
+                .in_incarnation(1)
+                .probes("a", 2_200, 2_300, 200, Some("u/1"));
+        assert!(late.rules().contains(&"overlap"), "{:?}", late.rules());
+    }
+
     #[test]
     fn a_long_gap_in_fault_free_time_is_caught() {
         // Nobody leads from 3 s to 10 s: 7 s > 6 s.
@@ -2176,6 +2243,7 @@ mod history_checker {
                     .collect(),
                 ..s.h
             },
+            incarnation: 1,
         };
         assert!(s.rules().contains(&"pairing"), "{:?}", s.rules());
     }

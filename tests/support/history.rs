@@ -35,7 +35,10 @@
 //!    before B's (or after). This is `monitor.rs`'s rule ("an older term's
 //!    200 sent after a newer term's 200 was received"), made symmetric so it
 //!    needs no guess of which term is older. A term answered 200 by two
-//!    processes is an overlap too.
+//!    processes is an overlap too — unless they are successive incarnations
+//!    of one instance, each spawned after the previous one ended: a term
+//!    resumed from the pod's state directory, judged per process then (the
+//!    old process's 200s must not overlap the new one's).
 //! 2. **No long leaderless gap in fault-free time** (probes). Each run of
 //!    consecutive 200s of one process bounds a leadership from outside:
 //!    from the send of the process's previous answered probe (or its spawn)
@@ -65,10 +68,14 @@
 //!    duration after the chaos deleted the Lease: the deletion destroyed
 //!    the only record of the last holder, and an absent Lease may be created
 //!    at once (DESIGN G7). Those starts are counted and printed apart; rule
-//!    1 still holds them to account for any provable overlap.
+//!    1 still holds them to account for any provable overlap. Nor does it
+//!    bind the next incarnation of the same instance resuming that very
+//!    term (`--state-dir`) once the old process had ended (SIGKILL sent, or
+//!    its exit): a dead process's validity speaks for nobody.
 //! 4. **Terms never repeat**: no term starts twice (streams), every term is
-//!    answered 200 by one process only (probes), and every term a process
-//!    answered 200 for is announced on that process's stream.
+//!    answered 200 by one process only (probes) — a resumed term aside, as
+//!    in rule 1 — and every term a process answered 200 for is announced on
+//!    that process's stream.
 //!
 //! 5. **The slice names only a leader** (slice writes, with the terms of
 //!    rules 2 and 3). A write that lists instance X was written by X itself,
@@ -297,6 +304,8 @@ pub struct Verdict {
     /// G7 lets an absent Lease be created at once). Counted, not excused
     /// silently.
     pub blind_after_deletion: Vec<String>,
+    /// Terms a restarted process resumed from its state directory.
+    pub terms_resumed: usize,
     /// Slice writes that list somebody, each checked by rule 5.
     pub slice_writes_listing: usize,
     /// Slice writes that list nobody.
@@ -345,6 +354,36 @@ fn process_name((instance, incarnation): Process<'_>) -> String {
     format!("{instance}#{incarnation}")
 }
 
+/// Whether `processes` (of one term) are successive incarnations of one
+/// instance, each spawned only after the one before had ended: a term
+/// resumed from the pod's state directory (`--state-dir`) after a restart,
+/// never held by two live processes.
+fn resumed_in_turn(history: &History, processes: &[Process<'_>]) -> bool {
+    let mut sorted = processes.to_vec();
+    sorted.sort_by_key(|p| p.1);
+    sorted.dedup();
+    sorted
+        .windows(2)
+        .all(|pair| resumed_by(history, pair[0], pair[1]))
+}
+
+/// `later` is a later incarnation of `earlier`'s instance, spawned after
+/// `earlier` ended (SIGKILL sent, or its exit).
+fn resumed_by(history: &History, earlier: Process<'_>, later: Process<'_>) -> bool {
+    let find = |(instance, number): Process<'_>| {
+        history
+            .incarnations
+            .iter()
+            .find(|i| i.instance == instance && i.number == number)
+    };
+    earlier.0 == later.0
+        && earlier.1 < later.1
+        && match (find(earlier), find(later)) {
+            (Some(e), Some(l)) => e.ended.as_ref().is_some_and(|(at, _)| *at <= l.spawned),
+            _ => false,
+        }
+}
+
 // --- rule 1: overlap, from the probes ---
 
 struct TermProbes<'a> {
@@ -385,7 +424,7 @@ fn check_overlap(history: &History, verdict: &mut Verdict) {
     }
     verdict.terms_probed = terms.len();
     for (term, t) in &terms {
-        if t.processes.len() > 1 {
+        if t.processes.len() > 1 && !resumed_in_turn(history, &t.processes) {
             let names: Vec<String> = t.processes.iter().copied().map(process_name).collect();
             verdict.violations.push(Violation {
                 at: t.first_received.received,
@@ -397,7 +436,30 @@ fn check_overlap(history: &History, verdict: &mut Verdict) {
             });
         }
     }
-    let all: Vec<(&&str, &TermProbes<'_>)> = terms.iter().collect();
+    // A resumed term is judged per process, as if each had its own: the
+    // old process's 200s must all come before the new one's.
+    let mut per_process: BTreeMap<(&str, Process<'_>), TermProbes<'_>> = BTreeMap::new();
+    for probe in history.probes.iter().filter(|p| p.leading()) {
+        let Some(term) = probe.term.as_deref() else {
+            continue;
+        };
+        let process = (probe.instance.as_str(), probe.incarnation);
+        let entry = per_process.entry((term, process)).or_insert(TermProbes {
+            first_received: probe,
+            last_sent: probe,
+            processes: vec![process],
+        });
+        if probe.received < entry.first_received.received {
+            entry.first_received = probe;
+        }
+        if probe.sent > entry.last_sent.sent {
+            entry.last_sent = probe;
+        }
+    }
+    let all: Vec<(&str, &TermProbes<'_>)> = per_process
+        .iter()
+        .map(|((term, _), t)| (*term, t))
+        .collect();
     for (i, (term_a, a)) in all.iter().enumerate() {
         for (term_b, b) in &all[i + 1..] {
             if a.last_sent.sent > b.first_received.received
@@ -808,7 +870,11 @@ fn check_streams(history: &History, bounds: &Bounds, verdict: &mut Verdict) -> V
 
     // Rule 4: a term starts once.
     for (term, processes) in &started {
-        if processes.len() > 1 {
+        let processes_ref: Vec<Process<'_>> =
+            processes.iter().map(|(i, n)| (i.as_str(), *n)).collect();
+        if processes.len() > 1 && resumed_in_turn(history, &processes_ref) {
+            verdict.terms_resumed += 1;
+        } else if processes.len() > 1 {
             let at = terms
                 .iter()
                 .filter(|t| &t.term == term)
@@ -866,6 +932,17 @@ fn check_streams(history: &History, bounds: &Bounds, verdict: &mut Verdict) -> V
     for (i, a) in terms.iter().enumerate() {
         for b in &terms[i + 1..] {
             if a.process == b.process {
+                continue;
+            }
+            // Its own term, resumed by the next incarnation once this one
+            // was gone: its validity no longer speaks for a live process.
+            if a.term == b.term
+                && resumed_by(
+                    history,
+                    (&a.process.0, a.process.1),
+                    (&b.process.0, b.process.1),
+                )
+            {
                 continue;
             }
             let end = a.end();
