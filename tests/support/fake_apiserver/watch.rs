@@ -170,6 +170,14 @@ pub(super) async fn serve(
     let mut l = lag(inner, client);
 
     loop {
+        // A fault set before an event was sent holds that event: look again
+        // before writing, since the select below may take the event first
+        // when both are ready.
+        if fault_changes.has_changed().unwrap_or(false) {
+            fault_changes.borrow_and_update();
+            held = partitioned(inner, client);
+            l = lag(inner, client);
+        }
         let now = Instant::now();
         if !held {
             while queue.front().is_some_and(|(due, _)| *due <= now) {
