@@ -265,6 +265,9 @@ mod tests {
             env!("CARGO_PKG_VERSION")
         );
         assert!(text.contains(&line), "{text}");
-        assert!(text.contains("# TYPE leader_gate_build_info gauge\n"), "{text}");
+        assert!(
+            text.contains("# TYPE leader_gate_build_info gauge\n"),
+            "{text}"
+        );
     }
 }
