@@ -127,11 +127,16 @@ if rules.count(old) != 1:
     sys.exit(f"mutation text not found once in {sys.argv[1]}:\n{old}")
 open(sys.argv[2], "w").write(rules.replace(old, new))
 PY
+    # Caught means failed expectations of alerts, not a file promtool
+    # cannot load.
     if promtool test rules "$work/$(basename "$TESTS")" >"$work/out" 2>&1; then
         echo "NOT CAUGHT: the tests pass with a broken rule: $title" >&2
-    else
+    elif failed=$(grep -c '^ *alertname: ' "$work/out"); then
         caught=$((caught + 1))
-        echo "caught: $title ($(grep -c 'alertname:' "$work/out") failed checks)"
+        echo "caught: $title ($failed failed checks)"
+    else
+        echo "NOT CAUGHT: promtool failed without a failed alert check: $title" >&2
+        cat "$work/out" >&2
     fi
 done < <(printf '%s' "$mutations" | awk 'BEGIN { RS = "\n%%\n"; ORS = "\0" } { print }')
 echo "broken rules caught by the tests: $caught of $total"
@@ -146,8 +151,13 @@ echo "$OPERATOR matches $RULES"
 
 python3 - "$DASHBOARD" <<'PY'
 import json, sys
-with open(sys.argv[1]) as f:
-    dashboard = json.load(f)
-panels = dashboard["panels"]
+try:
+    with open(sys.argv[1]) as f:
+        dashboard = json.load(f)
+except json.JSONDecodeError as e:
+    sys.exit(f"{sys.argv[1]}: not JSON: {e}")
+panels = dashboard.get("panels") if isinstance(dashboard, dict) else None
+if not panels:
+    sys.exit(f"{sys.argv[1]}: no panels")
 print(f"{sys.argv[1]}: parses, {len(panels)} panels")
 PY
