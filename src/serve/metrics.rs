@@ -23,6 +23,11 @@ struct LeaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TransitionLabels {
     lease: String,
     direction: &'static str,
@@ -60,6 +65,17 @@ impl Metrics {
     /// Metrics for the Lease `namespace/name`.
     pub fn new(namespace: &str, name: &str) -> Self {
         let mut registry = Registry::with_prefix("leader_gate");
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "build_info",
+            "Always 1; the version label is this binary's version",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
         let leading = Family::<LeaseLabels, Gauge>::default();
         registry.register(
             "leading",
@@ -234,5 +250,24 @@ impl Metrics {
             Format::OpenMetrics => text,
             Format::Text004 => to_text_004(&text),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_info_is_one_and_names_this_version() {
+        let text = Metrics::new("ns", "demo").encode(Format::Text004);
+        let line = format!(
+            "leader_gate_build_info{{version=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.contains(&line), "{text}");
+        assert!(
+            text.contains("# TYPE leader_gate_build_info gauge\n"),
+            "{text}"
+        );
     }
 }

@@ -22,6 +22,7 @@ mod http_abuse;
 mod lease_protection;
 
 mod logging;
+mod monitoring_files;
 mod outage;
 mod prometheus;
 mod prometheus_gates;

@@ -1,0 +1,281 @@
+//! The monitoring files against the real binary: every metric that
+//! `monitoring/leader-gate.rules.yml`, its promtool tests and
+//! `monitoring/leader-gate-dashboard.json` name is one a running `leader-gate
+//! serve` exposes on `/metrics`; every input series of the promtool tests
+//! has exactly the labels the binary gives that metric (plus the scrape
+//! target's); and, with a real Prometheus scraping that sidecar, every panel
+//! query answers with data and every alert expression parses and stays
+//! silent for a healthy leader. (`scripts/check-alerts.sh` runs promtool
+//! itself on the rules and their tests.)
+
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::fake_apiserver::FakeApiServer;
+use support::health::HealthEndpoint;
+use support::prometheus::{PrometheusProcess, http, require_prometheus};
+use support::sidecar::{Sidecar, Timing, test_dir};
+
+const RULES: &str = "monitoring/leader-gate.rules.yml";
+const RULE_TESTS: &str = "monitoring/leader-gate.rules.test.yml";
+const DASHBOARD: &str = "monitoring/leader-gate-dashboard.json";
+/// Labels the scrape adds (a PodMonitor's), not the binary.
+const TARGET_LABELS: [&str; 4] = ["job", "instance", "namespace", "pod"];
+
+fn read(path: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Sample name → label names, from a classic-text exposition.
+fn exposed(text: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut samples = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let end = line.find(['{', ' ']).expect("a sample line has a name");
+        let labels = line[end..]
+            .strip_prefix('{')
+            .map(|rest| label_names(&rest[..rest.find('}').expect("closed labels")]))
+            .unwrap_or_default();
+        samples.insert(line[..end].to_owned(), labels);
+    }
+    samples
+}
+
+/// The names in `a="x",b="y"` (values here never hold `="`).
+fn label_names(labels: &str) -> BTreeSet<String> {
+    labels
+        .split("\",")
+        .filter_map(|pair| Some(pair.split_once('=')?.0.trim().to_owned()))
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// Every `leader_gate_…` identifier in `text`.
+fn metric_names(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("leader_gate_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.insert(tail[..end].to_owned());
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// `expr` without its `{…}` label matchers.
+fn without_matchers(expr: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0;
+    for c in expr.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Each panel's title and its queries (with their legends), with Grafana's variables replaced
+/// by what they stand for over all Leases.
+fn panel_queries() -> Vec<(String, Vec<(String, String)>)> {
+    let dashboard: Value = serde_json::from_str(&read(DASHBOARD)).expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(!panels.is_empty(), "no panels in {DASHBOARD}");
+    panels
+        .iter()
+        .map(|panel| {
+            let title = panel["title"].as_str().expect("a title").to_owned();
+            let queries: Vec<(String, String)> = panel["targets"]
+                .as_array()
+                .unwrap_or_else(|| panic!("panel {title:?} has no targets"))
+                .iter()
+                .map(|t| {
+                    let expr = t["expr"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("a target of {title:?} has no expr"))
+                        .replace("$lease", ".*")
+                        .replace("$__rate_interval", "30s");
+                    (
+                        expr,
+                        t["legendFormat"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect();
+            assert!(!queries.is_empty(), "panel {title:?} has no query");
+            (title, queries)
+        })
+        .collect()
+}
+
+/// Each alert's name and expression.
+fn alert_expressions() -> Vec<(String, String)> {
+    let rules: Value = serde_saphyr::from_str(&read(RULES)).expect("the rules file is YAML");
+    let alerts: Vec<(String, String)> = rules["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|group| group["rules"].as_array().expect("rules").iter())
+        .map(|rule| {
+            (
+                rule["alert"].as_str().expect("alert rules only").to_owned(),
+                rule["expr"].as_str().expect("an expr").to_owned(),
+            )
+        })
+        .collect();
+    assert!(!alerts.is_empty(), "no alerts in {RULES}");
+    alerts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_alerts_and_the_dashboard_name_what_a_running_sidecar_exposes() {
+    let api = FakeApiServer::start("monitoring", "metricbeat-leader").await;
+    // With a collector health check: then every metric family is registered.
+    let health = HealthEndpoint::start(200).await;
+    let sidecar = Sidecar::spawn_with(
+        &api,
+        &test_dir("monitoring-files"),
+        "a",
+        Timing::FAST,
+        &["--collector-health-url", health.url.as_str()],
+    );
+    sidecar.wait_serving().await;
+    sidecar.wait_leading(Timing::FAST.lease * 3).await;
+    // At least one renew after the acquisition: the histogram has samples.
+    tokio::time::sleep(Timing::FAST.retry * 2).await;
+    let metrics = http(sidecar.admin, "GET", "/metrics", &[])
+        .await
+        .expect("/metrics answers");
+    assert_eq!(metrics.status, 200);
+    let samples = exposed(&metrics.body);
+    assert!(
+        samples.contains_key("leader_gate_build_info")
+            && samples.contains_key("leader_gate_collector_healthy"),
+        "{}",
+        metrics.body
+    );
+
+    // Every metric named anywhere in the files, comments and descriptions
+    // included: a sample's name, or a family's (as the docs name a
+    // histogram). That a query selects real series, Prometheus shows below.
+    let families: BTreeSet<&str> = metrics
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next())
+        .collect();
+    for (file, text) in [RULES, RULE_TESTS, DASHBOARD].map(|f| (f, read(f))) {
+        let named = metric_names(&text);
+        assert!(!named.is_empty(), "{file} names no metric");
+        let unknown: Vec<_> = named
+            .iter()
+            .filter(|n| !samples.contains_key(*n) && !families.contains(n.as_str()))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} names metrics the binary does not expose: {unknown:?}\n/metrics:\n{}",
+            metrics.body
+        );
+    }
+
+    // The promtool tests' input series carry the binary's labels.
+    let tests: Value = serde_saphyr::from_str(&read(RULE_TESTS)).expect("the tests are YAML");
+    let mut checked = 0;
+    for test in tests["tests"].as_array().expect("tests") {
+        for input in test["input_series"].as_array().expect("input_series") {
+            let series = input["series"].as_str().expect("series");
+            let (name, labels) = series.split_once('{').expect("series with labels");
+            let mut labels = label_names(labels.trim_end_matches('}'));
+            for target in TARGET_LABELS {
+                assert!(
+                    labels.remove(target),
+                    "{series} lacks the target label {target}"
+                );
+            }
+            let binary = samples
+                .get(name)
+                .unwrap_or_else(|| panic!("{RULE_TESTS}: {name} is not exposed"));
+            assert_eq!(
+                &labels, binary,
+                "{RULE_TESTS}: {series} has other labels than the binary gives {name}"
+            );
+            checked += 1;
+        }
+    }
+    println!("{checked} input series of {RULE_TESTS} carry the binary's labels");
+
+    if !require_prometheus() {
+        return;
+    }
+    // The target labels a PodMonitor gives (its job is `namespace/name`).
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+         scrape_configs:\n  - job_name: monitoring/leader-gate\n    static_configs:\n\
+         \x20     - targets: [\"{}\"]\n        labels: {{namespace: monitoring, pod: metricbeat-a}}\n",
+        sidecar.admin
+    );
+    let dir = test_dir("monitoring-files-prometheus");
+    let prometheus = PrometheusProcess::start(&dir, &config).await;
+    // Enough scrapes for rate() and increase() over 30 s windows.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while prometheus
+        .query("count_over_time(leader_gate_build_info[30s]) >= 4")
+        .await
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "too few scrapes: {:?}",
+            prometheus.targets().await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (title, queries) in panel_queries() {
+        for (query, legend) in queries {
+            let result = prometheus.query(&query).await;
+            assert!(!result.is_empty(), "panel {title:?}: no data for {query}");
+            // Each `{{label}}` of the legend is a label of every series.
+            for label in legend
+                .split("{{")
+                .skip(1)
+                .filter_map(|l| l.split_once("}}"))
+            {
+                let label = label.0.trim();
+                assert!(
+                    result.iter().all(|r| r["metric"][label].is_string()),
+                    "panel {title:?}: its legend names {label}, which {query} does not keep: {result:?}"
+                );
+            }
+        }
+    }
+    for (alert, expr) in alert_expressions() {
+        let result = prometheus.query(&expr).await;
+        assert!(
+            result.is_empty(),
+            "{alert} fires for a healthy leader: {result:?}"
+        );
+        // Its measure (the expression without its threshold, over all the
+        // series of its metrics: no label matchers) sees the sidecar and
+        // keeps its Lease.
+        let (measure, _) = expr.rsplit_once(['>', '=']).expect("a threshold");
+        let measure = without_matchers(measure.trim_end_matches(['=', '>', ' ', '\n']));
+        let result = prometheus.query(&measure).await;
+        assert!(!result.is_empty(), "{alert}: {measure} matches no series");
+        let lease = result[0]["metric"]["lease"].as_str();
+        assert_eq!(
+            lease,
+            Some("monitoring/metricbeat-leader"),
+            "{alert}: {result:?}"
+        );
+    }
+}
