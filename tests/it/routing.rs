@@ -236,6 +236,95 @@ async fn a_leader_that_lost_the_lease_never_writes_the_slice_again() {
     assert_slice_named_only_holders(&api);
 }
 
+/// The release `name` wrote (the first update clearing the holder), after `after`.
+fn release_of(api: &FakeApiServer, name: &str, after: Instant) -> Option<Instant> {
+    api.requests_of(name, Verb::Update)
+        .into_iter()
+        .filter(|r| r.resource == Some(Resource::Leases) && r.holder.is_none())
+        .find(|r| r.status == Some(200) && r.at > after)
+        .map(|r| r.at)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slice_follows_a_handover_request_and_a_leader_denied_its_renew_never_writes_it_again()
+{
+    let api = api_with_shipped_objects().await;
+    let dir = test_dir("routing-handover-403");
+    let sidecars: Vec<Sidecar> = (0..2).map(|n| spawn(&api, &dir, n)).collect();
+    for s in &sidecars {
+        s.wait_serving().await;
+    }
+    let all: Vec<&Sidecar> = sidecars.iter().collect();
+    let within = Timing::FAST.lease * 4;
+    let first = wait_any_leader(&all, within).await;
+    let first_name = sidecars[first].name.clone();
+    wait_listed(&api, &first_name, Duration::from_secs(5)).await;
+
+    // A hand-over request: out of the slice before the release, as on SIGTERM.
+    let second = 1 - first;
+    let second_name = sidecars[second].name.clone();
+    let asked = Instant::now();
+    let kubeconfig = api.write_kubeconfig("operator", &dir);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args([
+            "handover",
+            "--lease-name",
+            LEASE,
+            "--lease-namespace",
+            NAMESPACE,
+        ])
+        .args(["--to", &second_name])
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run leader-gate handover");
+    assert!(output.status.success(), "{output:?}");
+    sidecars[second].wait_leading(within).await;
+    wait_listed(&api, &second_name, Duration::from_secs(5)).await;
+    let released = release_of(&api, &first_name, asked).expect("the hand-over's release");
+    let removed = api
+        .endpoint_slice_history()
+        .into_iter()
+        .find(|(at, v)| *at > asked && listed(v).is_empty())
+        .expect("a version without the leader that handed over")
+        .0;
+    assert!(
+        removed < released,
+        "the slice still named {first_name} when it released the Lease"
+    );
+
+    // Its renew denied (403): it loses the Lease abruptly and never writes
+    // the slice again in that term; it stays listed until the next leader
+    // writes (documented).
+    let granted = api.role();
+    let mut denied = granted.clone();
+    for rule in &mut denied.rules {
+        if rule.resources.iter().any(|r| r == "leases") {
+            rule.verbs.retain(|v| v != "update");
+        }
+    }
+    api.set_role(denied);
+    sidecars[second].wait_for(within, |p| !p.leading()).await;
+    let lost_at = Instant::now();
+    tokio::time::sleep(Timing::FAST.retry * 3).await;
+    let writes_after: Vec<_> = api
+        .requests_of(&second_name, Verb::Update)
+        .into_iter()
+        .filter(|r| r.resource == Some(Resource::EndpointSlices) && r.at > lost_at)
+        .collect();
+    assert!(
+        writes_after.is_empty(),
+        "the slice was written after a 403 ended the term: {writes_after:?}"
+    );
+    assert_eq!(
+        listed(&api.endpoint_slice(SLICE).unwrap()),
+        [second_name.clone()]
+    );
+    api.set_role(granted);
+    let next = wait_any_leader(&all, within).await;
+    wait_listed(&api, &sidecars[next].name, Duration::from_secs(5)).await;
+    assert_slice_named_only_holders(&api);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_grant_on_the_slice_is_logged_once_and_costs_no_leadership() {
     let api = FakeApiServer::start(NAMESPACE, LEASE).await;
