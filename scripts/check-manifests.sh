@@ -16,7 +16,11 @@
 #    of the newest version and of 1.30 (its ValidatingAdmissionPolicy's
 #    oldest), runs check_manifests.py on it (the shipped Leases, Roles
 #    without `create`) and scripts/check_lease_policy.py, which evaluates
-#    the policy's CEL offline with cel-python (PyPI, installed if missing).
+#    the policy's CEL offline with cel-python (PyPI, installed if missing);
+# 5. renders both again through an overlay with `namespace: other` and
+#    `namePrefix: x-` and runs scripts/check_overlay.py (every object and
+#    every reference moved, no `monitoring` left) and check_manifests.py
+#    (names and flags still agree) on each.
 #
 # kubernetes-validate ships the schemas inside the package and fetches
 # nothing; it is installed here if missing. kubectl comes with this
@@ -59,7 +63,7 @@ passed=$((passed + 1))
 version_args=()
 for version in "${KUBERNETES_VERSIONS[@]}"; do version_args+=(-k "$version"); done
 for file in manifests/*.yaml "$work/rendered.yaml"; do
-    [ "$(basename "$file")" = kustomization.yaml ] && continue
+    case "$(basename "$file")" in kustomization.yaml | kustomizeconfig.yaml) continue ;; esac
     # A kind without a schema is only a warning there (exit 0): fail on it too.
     if out=$(kubernetes-validate --strict --quiet "${version_args[@]}" "$file" 2>&1) && [ -z "$out" ]; then
         echo "ok   $file (Kubernetes ${KUBERNETES_VERSIONS[*]}, strict)"
@@ -107,6 +111,38 @@ else
     echo "FAIL kubectl kustomize with lease-protection"
     failed=$((failed + 1))
 fi
+
+# Another namespace and a name prefix (manifests/kustomizeconfig.yaml): an
+# overlay `namespace: other`, `namePrefix: x-` over a copy of manifests/,
+# without and with the lease-protection component; check_overlay.py finds
+# what did not move, check_manifests.py what no longer agrees.
+for variant in plain protected; do
+    mkdir -p "$work/adapt-$variant/overlay"
+    cp -r manifests "$work/adapt-$variant/manifests"
+    if [ "$variant" = protected ]; then
+        printf 'components:\n  - lease-protection\n' >>"$work/adapt-$variant/manifests/kustomization.yaml"
+    fi
+    printf 'namespace: other\nnamePrefix: x-\nresources:\n  - ../manifests\n' \
+        >"$work/adapt-$variant/overlay/kustomization.yaml"
+    out="$work/adapt-$variant.yaml"
+    if ! kubectl kustomize "$work/adapt-$variant/overlay" >"$out"; then
+        echo "FAIL kubectl kustomize of the namespace/prefix overlay ($variant)"
+        failed=$((failed + 1))
+        continue
+    fi
+    echo "rendered manifests/ ($variant) with namespace: other, namePrefix: x-: $(grep -c '^kind:' "$out") objects"
+    checks=("scripts/check_overlay.py $out other x-"
+        "scripts/check_manifests.py $out $work/adapt-$variant/manifests ${CARGO_TARGET_DIR:-target}/debug/leader-gate")
+    [ "$variant" = protected ] && checks+=("scripts/check_lease_policy.py $out")
+    for check in "${checks[@]}"; do
+        # shellcheck disable=SC2086
+        if python3 $check; then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+        fi
+    done
+done
 
 echo "manifests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
