@@ -144,5 +144,22 @@ for variant in plain protected; do
     done
 done
 
+# check_overlay.py can fail: without kustomizeconfig.yaml the same overlay
+# leaves `monitoring` and unprefixed names behind, and must be refused.
+sed -i '/^configurations:/,/kustomizeconfig.yaml/d' "$work/adapt-protected/manifests/kustomization.yaml"
+kubectl kustomize "$work/adapt-protected/overlay" >"$work/adapt-broken.yaml"
+if python3 scripts/check_overlay.py "$work/adapt-broken.yaml" other x- >"$work/adapt-broken.out"; then
+    echo "FAIL check_overlay.py accepted an overlay rendered without kustomizeconfig.yaml"
+    failed=$((failed + 1))
+elif grep -q "FlowSchema.*still says 'monitoring'" "$work/adapt-broken.out" \
+    && grep -q "names Lease 'metricbeat-leader', which is not an object" "$work/adapt-broken.out"; then
+    echo "ok   check_overlay.py refuses the overlay rendered without kustomizeconfig.yaml ($(grep -c '^FAIL' "$work/adapt-broken.out") findings)"
+    passed=$((passed + 1))
+else
+    echo "FAIL check_overlay.py refused the broken overlay for other reasons:"
+    sed 's/^/     /' "$work/adapt-broken.out"
+    failed=$((failed + 1))
+fi
+
 echo "manifests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
