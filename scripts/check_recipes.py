@@ -187,6 +187,9 @@ def load_chart_keys(path):
     if not isinstance(data, dict) or not isinstance(data.get("keys"), dict) or not data.get("version"):
         bad(path, "not a chart keys file (chart, version, keys)")
         return {}
+    for key, spec in data["keys"].items():
+        if not isinstance(spec, dict) or "type" not in spec or not spec.get("source"):
+            bad(path, f"key {key}: needs a type and the source it was read from")
     return data["keys"]
 
 
