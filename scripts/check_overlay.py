@@ -8,7 +8,8 @@ its base and sets `namespace: NAMESPACE` and `namePrefix: PREFIX` (built by
 scripts/check-manifests.sh, with and without the lease-protection
 component). Prints one line per finding; exits 1 if there is any:
 
-- every namespaced object is in NAMESPACE, every object's name has PREFIX;
+- every namespaced object is in NAMESPACE, no cluster-scoped one has a
+  namespace, every object's name has PREFIX;
 - `monitoring`, the namespace the files are written for, is left nowhere;
 - every reference to an object of the render names it as renamed: pod
   service accounts and ConfigMap volumes, RoleBinding and ClusterRoleBinding
@@ -86,6 +87,8 @@ def main():
         where = f"{kind}/{meta['name']}"
         if kind not in CLUSTER_KINDS and meta.get("namespace") != namespace:
             bad(where, f"in namespace {meta.get('namespace')!r}, not {namespace!r}")
+        if kind in CLUSTER_KINDS and "namespace" in meta:
+            bad(where, f"cluster-scoped, yet given metadata.namespace {meta['namespace']!r}")
         if not meta["name"].startswith(prefix):
             bad(where, f"name lacks the prefix {prefix!r}")
         for path, value in scalars(d):
