@@ -7,7 +7,8 @@
 # recipe (scripts/check_recipes.py, which runs every leader-gate command line
 # with the real binary). Then shows that the check can fail: a copy of
 # examples/ with a misspelt Beat field and an unknown chart key must be
-# refused with both named. Installs the pinned PyPI packages if missing.
+# refused with both named, and one whose file gate writes as another user
+# than Metricbeat must be refused for strict.perms. Installs the pinned PyPI packages if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,4 +45,20 @@ for expected in "'daemonSett' was unexpected" "unknown key extraVolume"; do
         exit 1
     fi
 done
-echo "check-recipes: a broken copy is refused (misspelt Beat field, unknown chart key)"
+# And the strict.perms trap: the file gate as 65532 beside a root Metricbeat.
+cp -r examples "$work/perms"
+python3 - "$work/perms/eck/metricbeat.yaml" <<'PY'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+root = "            securityContext:\n              runAsUser: 0\n              runAsGroup: 0\n"
+assert root in text, "the ECK recipe's file gate no longer runs as root: update this test"
+open(path, "w").write(text.replace(root, root.replace(": 0", ": 65532")))
+PY
+if python3 scripts/check_recipes.py "$work/perms" "$binary" "${KUBERNETES_VERSIONS[0]}" >"$work/out" 2>&1 \
+    || ! grep -q "strict.perms: Metricbeat runs as uid 0" "$work/out"; then
+    echo "FAIL check_recipes.py did not report the strict.perms trap"
+    cat "$work/out"
+    exit 1
+fi
+echo "check-recipes: broken copies are refused (misspelt Beat field, unknown chart key, strict.perms)"

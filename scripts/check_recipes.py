@@ -27,7 +27,10 @@ an OpenTelemetryCollector, chart values): the leader-gate `serve` container's
 --lease-name is a Lease shipped next to it, and the Roles bound to the pod's
 service account grant what the flags need on it and nothing more (no
 `create`: the Lease is shipped); every leader-gate command line is run by
-the real binary, as scripts/check_manifests.py does for manifests/.
+the real binary, as scripts/check_manifests.py does for manifests/. For a
+Metricbeat Beat fed by the file gate: the modules glob takes the copy and
+not its temporary file, reload.period fits the timings, and the copy's
+owner and mode pass Metricbeat's strict.perms check.
 """
 
 import copy
@@ -261,11 +264,66 @@ def check_leader_gate(where, pod, sa, namespace, docs, binary):
         bad(where, f"--lease-name {lease}: no such Lease shipped in namespace {namespace} beside the recipe")
     if not any(d.get("kind") == "ServiceAccount" and d["metadata"]["name"] == sa for d in docs):
         bad(where, f"service account {sa} is not shipped beside the recipe")
+    check_metricbeat_modules(where, pod, gates, opts, docs)
     granted = check_manifests.role_grants(docs, namespace, sa, lease)
     missing = {"get", "update", "list", "watch"} - granted
     if missing:
         bad(where, f"service account {sa} lacks {sorted(missing)} on Lease {lease}")
     check_manifests.check_rbac_needed(docs, where, namespace, sa, opts, lease, True, serve)
+
+
+# The image users: Metricbeat's image runs as `metricbeat` (1000), the
+# leader-gate image as 65532 (the Dockerfile's USER).
+IMAGE_USERS = {"metricbeat": 1000, "leader-gate": check_manifests.USER}
+
+
+def run_as(container, pod, default):
+    for sc in (container.get("securityContext") or {}, pod.get("securityContext") or {}):
+        if "runAsUser" in sc:
+            return sc["runAsUser"]
+    return default
+
+
+def check_metricbeat_modules(where, pod, gates, opts, docs):
+    """A Beat of type metricbeat fed by the file gate: the modules glob takes
+    the copy but not its temporary file, reload.period fits the timings, and
+    Metricbeat's strict.perms check accepts a copy the file gate owns."""
+    beats = [d for d in docs if d.get("kind") == "Beat" and (d.get("spec") or {}).get("type") == "metricbeat"]
+    file_gates = [(c, argv) for c, argv in gates if argv[0] == "file-gate"]
+    if not beats or not file_gates:
+        return
+    spec = beats[0]["spec"]
+    config = spec.get("config") or {}
+    modules = config.get("metricbeat.config.modules") or {}
+    pattern = modules.get("path", "")
+    duration = check_manifests.seconds(opts.get("lease-duration", "15s"))
+    deadline = check_manifests.seconds(opts.get("renew-deadline", "10s"))
+    margin = duration - deadline
+    lag = check_manifests.seconds(opts["gate-lag"]) if "gate-lag" in opts else 0.8 * margin
+    if modules.get("reload.enabled") is not True:
+        bad(where, "metricbeat.config.modules reload.enabled is not true: the file gate's copy would never be loaded or dropped")
+    period = check_manifests.seconds(modules.get("reload.period", "10s"))
+    if not (period < margin and period <= lag):
+        bad(where, f"reload.period {period}s must be below the margin {margin}s and at most --gate-lag {lag}s")
+    metricbeat = next((c for c in pod.get("containers", []) if c.get("name") == "metricbeat"), {})
+    mb_user = run_as(metricbeat, pod, IMAGE_USERS["metricbeat"])
+    relaxed = "-strict.perms=false" in (metricbeat.get("args") or []) + (metricbeat.get("command") or [])
+    for container, argv in file_gates:
+        gate_user = run_as(container, pod, IMAGE_USERS["leader-gate"])
+        mode = int(check_manifests.flags(argv[1:]).get("mode", "0644"), 8)
+        for mapping in check_manifests.positional(argv):
+            dst = mapping.split(":", 1)[1]
+            tmp = os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.leader-gate.tmp")
+            if not check_manifests.glob_match(pattern, dst):
+                bad(where, f"modules glob {pattern!r} does not match the file gate's DST {dst}")
+            if check_manifests.glob_match(pattern, tmp):
+                bad(where, f"modules glob {pattern!r} matches the file gate's temporary file {tmp}")
+        if relaxed:
+            continue
+        if gate_user not in (0, mb_user):
+            bad(where, f"strict.perms: Metricbeat runs as uid {mb_user} and loads only module files owned by it or root, but the file gate {container['name']} writes as uid {gate_user} (docs/recipes.md \"The strict.perms trap\")")
+        if mode & 0o022:
+            bad(where, f"strict.perms: the file gate's --mode {oct(mode)} lets group or others write, which Metricbeat refuses")
 
 
 # === main ===
