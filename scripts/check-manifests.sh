@@ -16,7 +16,11 @@
 #    of the newest version and of 1.30 (its ValidatingAdmissionPolicy's
 #    oldest), runs check_manifests.py on it (the shipped Leases, Roles
 #    without `create`) and scripts/check_lease_policy.py, which evaluates
-#    the policy's CEL offline with cel-python (PyPI, installed if missing).
+#    the policy's CEL offline with cel-python (PyPI, installed if missing);
+# 5. renders both again through an overlay with `namespace: other` and
+#    `namePrefix: x-` and runs scripts/check_overlay.py (every object and
+#    every reference moved, no `monitoring` left) and check_manifests.py
+#    (names and flags still agree) on each.
 #
 # kubernetes-validate ships the schemas inside the package and fetches
 # nothing; it is installed here if missing. kubectl comes with this
@@ -59,7 +63,7 @@ passed=$((passed + 1))
 version_args=()
 for version in "${KUBERNETES_VERSIONS[@]}"; do version_args+=(-k "$version"); done
 for file in manifests/*.yaml "$work/rendered.yaml"; do
-    [ "$(basename "$file")" = kustomization.yaml ] && continue
+    case "$(basename "$file")" in kustomization.yaml | kustomizeconfig.yaml) continue ;; esac
     # A kind without a schema is only a warning there (exit 0): fail on it too.
     if out=$(kubernetes-validate --strict --quiet "${version_args[@]}" "$file" 2>&1) && [ -z "$out" ]; then
         echo "ok   $file (Kubernetes ${KUBERNETES_VERSIONS[*]}, strict)"
@@ -105,6 +109,55 @@ if kubectl kustomize "$work/protected" >"$work/protected.yaml"; then
     done
 else
     echo "FAIL kubectl kustomize with lease-protection"
+    failed=$((failed + 1))
+fi
+
+# Another namespace and a name prefix (manifests/kustomizeconfig.yaml): an
+# overlay `namespace: other`, `namePrefix: x-` over a copy of manifests/,
+# without and with the lease-protection component; check_overlay.py finds
+# what did not move, check_manifests.py what no longer agrees.
+for variant in plain protected; do
+    mkdir -p "$work/adapt-$variant/overlay"
+    cp -r manifests "$work/adapt-$variant/manifests"
+    if [ "$variant" = protected ]; then
+        printf 'components:\n  - lease-protection\n' >>"$work/adapt-$variant/manifests/kustomization.yaml"
+    fi
+    printf 'namespace: other\nnamePrefix: x-\nresources:\n  - ../manifests\n' \
+        >"$work/adapt-$variant/overlay/kustomization.yaml"
+    out="$work/adapt-$variant.yaml"
+    if ! kubectl kustomize "$work/adapt-$variant/overlay" >"$out"; then
+        echo "FAIL kubectl kustomize of the namespace/prefix overlay ($variant)"
+        failed=$((failed + 1))
+        continue
+    fi
+    echo "rendered manifests/ ($variant) with namespace: other, namePrefix: x-: $(grep -c '^kind:' "$out") objects"
+    checks=("scripts/check_overlay.py $out other x-"
+        "scripts/check_manifests.py $out $work/adapt-$variant/manifests ${CARGO_TARGET_DIR:-target}/debug/leader-gate")
+    [ "$variant" = protected ] && checks+=("scripts/check_lease_policy.py $out")
+    for check in "${checks[@]}"; do
+        # shellcheck disable=SC2086
+        if python3 $check; then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+        fi
+    done
+done
+
+# check_overlay.py can fail: without kustomizeconfig.yaml the same overlay
+# leaves `monitoring` and unprefixed names behind, and must be refused.
+sed -i '/^configurations:/,/kustomizeconfig.yaml/d' "$work/adapt-protected/manifests/kustomization.yaml"
+kubectl kustomize "$work/adapt-protected/overlay" >"$work/adapt-broken.yaml"
+if python3 scripts/check_overlay.py "$work/adapt-broken.yaml" other x- >"$work/adapt-broken.out"; then
+    echo "FAIL check_overlay.py accepted an overlay rendered without kustomizeconfig.yaml"
+    failed=$((failed + 1))
+elif grep -q "FlowSchema.*still says 'monitoring'" "$work/adapt-broken.out" \
+    && grep -q "names Lease 'metricbeat-leader', which is not an object" "$work/adapt-broken.out"; then
+    echo "ok   check_overlay.py refuses the overlay rendered without kustomizeconfig.yaml ($(grep -c '^FAIL' "$work/adapt-broken.out") findings)"
+    passed=$((passed + 1))
+else
+    echo "FAIL check_overlay.py refused the broken overlay for other reasons:"
+    sed 's/^/     /' "$work/adapt-broken.out"
     failed=$((failed + 1))
 fi
 

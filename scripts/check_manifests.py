@@ -14,8 +14,9 @@ finding and exits 1 if there is any. The checks:
   and `file-gate`, identity and namespace from the downward API, /healthz
   liveness, no /leader readiness on a DaemonSet, timings that satisfy the
   rules of docs/timing.md (and terminationGracePeriodSeconds that covers them), the
-  Role bound to the pod's service account grants exactly what the Lease
-  needs, the NetworkPolicy and the FlowSchema cover the pod;
+  Roles bound to the pod's service account grant what its flags need and
+  nothing more (the Lease; the EndpointSlice with --route-service; Events
+  with --record-events), the NetworkPolicy and the FlowSchema cover the pod;
 - Metricbeat's modules glob matches both module directories and the file
   gate's DST but never its temporary file, and reload.period fits the margin;
 - --state-dir is an emptyDir mounted in the sidecar;
@@ -132,10 +133,15 @@ def name_of(doc):
 
 def check_kustomization(manifests):
     with open(os.path.join(manifests, "kustomization.yaml")) as f:
-        listed = set(yaml.safe_load(f).get("resources", []))
+        kustomization = yaml.safe_load(f)
+    # Resources, and the transformer configurations (not objects).
+    listed = set(kustomization.get("resources", []))
+    configurations = set(kustomization.get("configurations", []))
+    for gone in sorted(c for c in configurations if not os.path.exists(os.path.join(manifests, c))):
+        bad("kustomization.yaml", f"configurations lists {gone}, which does not exist")
     present = {
         n for n in os.listdir(manifests) if n.endswith((".yaml", ".yml")) and n != "kustomization.yaml"
-    }
+    } - configurations
     for missing in sorted(present - listed):
         bad("kustomization.yaml", f"{missing} is not in resources")
     for gone in sorted(listed - present):
@@ -329,6 +335,7 @@ def check_leader_gate(docs, doc, template):
         bad(where, f"Lease {lease_name} is shipped but service account {sa} may still create Leases: a deleted Lease would be re-created at once")
     if not any(d["kind"] == "ServiceAccount" and d["metadata"]["name"] == sa for d in docs):
         bad(where, f"service account {sa} is not defined")
+    check_rbac_needed(docs, where, namespace, sa, opts, lease_name, shipped, serve)
     # The admin port behind a NetworkPolicy.
     covered = False
     for np in docs:
@@ -360,6 +367,53 @@ def check_leader_gate(docs, doc, template):
             bad(cw, "readiness on /leader with --route-service: the slice routes, readiness should say the pod works")
         check_routing(docs, doc, serve, opts, namespace, sa)
     return gates
+
+
+def bound_roles(docs, namespace, service_account):
+    """The Roles of `namespace` that its RoleBindings give this service account."""
+    roles = {
+        d["metadata"]["name"]: d
+        for d in docs
+        if d["kind"] == "Role" and d["metadata"].get("namespace") == namespace
+    }
+    for rb in docs:
+        if rb["kind"] != "RoleBinding" or rb["metadata"].get("namespace") != namespace:
+            continue
+        if rb["roleRef"]["kind"] != "Role" or rb["roleRef"]["name"] not in roles:
+            continue
+        if any(
+            s.get("kind") == "ServiceAccount"
+            and s.get("name") == service_account
+            and s.get("namespace", namespace) == namespace
+            for s in rb.get("subjects") or []
+        ):
+            yield roles[rb["roleRef"]["name"]]
+
+
+def check_rbac_needed(docs, where, namespace, sa, opts, lease_name, shipped, serve):
+    """RBAC only for what the flags use: every (group, resource, verb, name)
+    that a Role bound to the sidecar's service account grants must be one the
+    sidecar's command line needs."""
+    needed = {("coordination.k8s.io", "leases", v, lease_name) for v in ("get", "update", "list", "watch")}
+    if not shipped:
+        needed.add(("coordination.k8s.io", "leases", "create", None))
+    if "route-service" in opts:
+        slice_name = f"{opts['route-service']}-leader"
+        needed |= {("discovery.k8s.io", "endpointslices", v, slice_name) for v in ("get", "update")}
+    env = {e["name"]: e.get("value") for e in serve.get("env", [])}
+    record = opts.get("record-events", env.get("LEADER_GATE_RECORD_EVENTS", "false"))
+    if str(record).lower() == "true":
+        needed.add(("", "events", "create", None))
+    for role in bound_roles(docs, namespace, sa):
+        for rule in role.get("rules", []):
+            names = rule.get("resourceNames") or [None]
+            for group in rule.get("apiGroups", []):
+                for resource in rule.get("resources", []):
+                    for verb in rule.get("verbs", []):
+                        for name in names:
+                            if (group, resource, verb, name) not in needed:
+                                what = f"{verb} on {group or 'core'}/{resource}" + (f" {name}" if name else "")
+                                bad(where, f"Role {role['metadata']['name']} grants {what}, which the flags of service account {sa} do not use")
 
 
 def check_file_gate(docs, where, spec, container, argv, by_name, lag, margin, health):
