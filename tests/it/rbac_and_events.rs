@@ -82,9 +82,11 @@ async fn under_exactly_the_role_of_rbac_yaml_two_sidecars_elect_hand_over_and_re
     let api = FakeApiServer::start(NAMESPACE, LEASE).await;
     // Nothing swapped in: the Role is the manifest's, rule for rule.
     assert_eq!(api.role(), Role::from_repository_manifest(LEASE));
+    // With --record-events, and the Events rule the manifest's header asks
+    // for with it, so that rule is exercised too.
+    api.set_role(Role::from_repository_manifest(LEASE).with_events());
     let dir = test_dir("rbac-yaml");
     let timing = Timing::FAST;
-    // With --record-events, so the manifest's Events rule is exercised too.
     let mut a = Sidecar::spawn_with(&api, &dir, "a", timing, RECORD);
     let mut b = Sidecar::spawn_with(&api, &dir, "b", timing, RECORD);
     a.wait_serving().await;
@@ -247,6 +249,7 @@ async fn under_a_role_without_update_it_never_leads_and_says_so_once_in_the_docu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_record_events_starts_and_stops_become_events_about_the_lease() {
     let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    api.set_role(Role::from_repository_manifest(LEASE).with_events());
     let timing = Timing::FAST;
     let mut a = Sidecar::spawn_with(&api, &test_dir("events"), "a", timing, RECORD);
     a.wait_serving().await;

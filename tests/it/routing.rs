@@ -317,7 +317,7 @@ async fn the_slice_follows_a_handover_request_and_a_leader_denied_its_renew_neve
     );
     assert_eq!(
         listed(&api.endpoint_slice(SLICE).unwrap()),
-        [second_name.clone()]
+        std::slice::from_ref(&second_name)
     );
     api.set_role(granted);
     let next = wait_any_leader(&all, within).await;

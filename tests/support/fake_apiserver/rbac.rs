@@ -114,6 +114,14 @@ impl Role {
 
     /// The same Role without `verb` on `resource` of `group` in any rule (rules left
     /// without a verb are dropped): e.g. a Role that lacks `update` on Leases.
+    /// With the rule `manifests/rbac.yaml`'s header asks for with `--record-events`:
+    /// create on `events` (core group), which cannot be limited by name.
+    pub fn with_events(mut self) -> Role {
+        self.rules
+            .push(PolicyRule::new(&[""], &["events"], &[], &["create"]));
+        self
+    }
+
     pub fn without(mut self, group: &str, resource: &str, verb: &str) -> Role {
         for rule in &mut self.rules {
             if rule.api_groups.iter().any(|g| g == group)
