@@ -228,7 +228,7 @@ pub async fn closed(
     peer: Option<Extension<Peer>>,
     uri: Uri,
 ) -> Response {
-    if !peer.is_some_and(|Extension(Peer(addr))| addr.ip().is_loopback()) {
+    if !peer.is_some_and(|Extension(Peer(addr))| addr.ip().to_canonical().is_loopback()) {
         return (
             StatusCode::FORBIDDEN,
             "acknowledgements are taken from this pod only (a loopback address)\n",

@@ -224,6 +224,19 @@ mod tests {
             StatusCode::NOT_FOUND
         );
         assert!(!acks.closed_now());
+        // A dual-stack listener sees IPv4 clients as IPv4-mapped addresses.
+        assert_eq!(
+            post("[::ffff:10.0.0.7]:5000", ok).await,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            post(
+                "[::ffff:127.0.0.1]:5000",
+                "/gates/exec-1/closed?term=uid%2F0"
+            )
+            .await,
+            StatusCode::CONFLICT
+        );
         assert_eq!(post("[::1]:5000", ok).await, StatusCode::NO_CONTENT);
         assert!(acks.closed_now());
     }
