@@ -27,6 +27,7 @@ mod outage;
 mod prometheus;
 mod prometheus_gates;
 mod rbac_and_events;
+mod readme_commands;
 mod resume;
 mod routing;
 mod safe_defaults;
