@@ -554,4 +554,32 @@ fn the_demo_restarts_a_sidecar_whose_gate_port_was_taken_on_a_new_port() {
         .collect();
     assert_eq!(moved.len(), 2, "both restarts moved:\n{stdout}");
     assert!(stdout.contains("done: "), "{stdout}");
+    assert_the_demo_explains_itself(&stdout);
+}
+
+/// Beside the graceful hand-over the demo says why the release waited (the
+/// gate lag) and how soon the Lease was taken; its suggested `kill` names the
+/// pod that leads when it is printed, whichever that is.
+fn assert_the_demo_explains_itself(stdout: &str) {
+    assert!(
+        stdout.contains("the release went out ") && stdout.contains("it waits the gate lag"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(" took the Lease "), "{stdout}");
+    let (before, after) = stdout
+        .split_once("The three sidecars keep running")
+        .expect("the next steps");
+    let leader = before
+        .lines()
+        .rfind(|l| l.contains(": started-leading"))
+        .and_then(|l| l.split("] ").nth(1)?.split(':').next())
+        .expect("a leader before the next steps");
+    let kill = after
+        .lines()
+        .find(|l| l.trim_start().starts_with("kill "))
+        .expect("a kill line");
+    assert!(
+        kill.contains(&format!("# SIGTERM {leader}, the leader now")),
+        "the leader is {leader}: {kill}"
+    );
 }
