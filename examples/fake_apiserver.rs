@@ -13,7 +13,8 @@
 //!
 //!     ready url=http://127.0.0.1:PORT kubeconfig=DIR/pod-a.kubeconfig
 //!
-//! then serves until it gets SIGTERM or SIGINT. scripts/check-image-run.sh runs the image against it.
+//! then serves until it gets SIGTERM or SIGINT. scripts/check-image-run.sh
+//! runs the image against it.
 
 #[path = "../tests/support"]
 mod support {

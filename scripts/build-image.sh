@@ -82,7 +82,10 @@ layout=$work/oci
 # --- the layer: a root directory, owned by root, every time the same --------
 umoci init --layout "$layout"
 umoci new --image "$layout:$tag"
-umoci unpack --image "$layout:$tag" "$work/bundle" >/dev/null
+# As another user than root, umoci records the user's files as root's.
+rootless=()
+[[ $(id -u) == 0 ]] || rootless=(--rootless)
+umoci unpack "${rootless[@]}" --image "$layout:$tag" "$work/bundle" >/dev/null
 rootfs=$work/bundle/rootfs
 install -d -m 0755 "$rootfs/usr/local/bin" "$rootfs/etc" "$rootfs/etc/ssl" "$rootfs/etc/ssl/certs"
 install -m 0644 "$ca_bundle" "$rootfs/etc/ssl/certs/ca-certificates.crt"
@@ -96,7 +99,7 @@ printf 'root:x:0:\nnonroot:x:65532:\n' >"$rootfs/etc/group"
 printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$rootfs/etc/hosts"
 printf 'hosts: files dns\n' >"$rootfs/etc/nsswitch.conf"
 chmod 0644 "$rootfs"/etc/{passwd,group,hosts,nsswitch.conf}
-chown -R 0:0 "$rootfs"
+[[ -n ${rootless[*]} ]] || chown -R 0:0 "$rootfs"
 find "$rootfs" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 umoci repack --image "$layout:$tag" \
     --history.created "$created" --history.created_by "scripts/build-image.sh (leader-gate $version)" \

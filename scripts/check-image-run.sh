@@ -16,8 +16,8 @@
 #    gid 65532; then SIGTERM, and the container must exit 0.
 #
 # Everything it starts (containerd, dockerd, the fake API server, the
-# containers) is stopped on exit, and its directory removed. It installs
-# the Debian packages it needs if they are missing.
+# containers) is stopped on exit, and its directory removed. It needs root,
+# and installs the Debian packages it needs if they are missing.
 #
 #   scripts/check-image-run.sh [--binary PATH]
 #
@@ -34,6 +34,7 @@ fail() {
     exit 1
 }
 
+[[ $(id -u) == 0 ]] || fail "needs root (containerd, dockerd and podman run as root here)"
 build_args=()
 case "${1-}" in
 "") ;;
@@ -55,8 +56,14 @@ if ((${#missing[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    # Where systemd runs, the packages start services of their own; not ours.
-    systemctl disable --now docker.socket docker containerd >/dev/null 2>&1 || true
+    # Where systemd runs, the packages just installed start services of
+    # their own; not ours.
+    for package in "${missing[@]}"; do
+        case $package in
+        docker.io) systemctl disable --now docker.socket docker.service >/dev/null 2>&1 || true ;;
+        containerd) systemctl disable --now containerd.service >/dev/null 2>&1 || true ;;
+        esac
+    done
 fi
 command -v docker >/dev/null || fail "no docker client (Debian's docker.io ships one)"
 
