@@ -1,5 +1,17 @@
 # Build: docker build -t leader-gate .
 #
+# For those with a builder (Docker, BuildKit, buildah). Without one,
+# scripts/build-image.sh makes the same image from the binary this file's
+# build stage produces, and scripts/check-image-run.sh runs it in
+# containerd (docs/image.md).
+#
+# Platforms: linux/amd64 is the one built and run here. TARGET names the
+# Rust target; another platform needs its target installed in the build
+# image and a C cross-compiler for ring (e.g. `docker buildx build
+# --platform linux/arm64 --build-arg TARGET=aarch64-unknown-linux-gnu`
+# after adding both to the build stage). That is not done or tested: this
+# project's machines have only the x86_64 toolchain and fetch no other.
+#
 # A statically linked release binary (glibc linked in with crt-static) on a
 # distroless static base, running as the numeric non-root user 65532 (the
 # kubelet only honours runAsNonRoot for a numeric USER). The binary is

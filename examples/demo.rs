@@ -9,8 +9,13 @@
 //! leadership transition as their event streams report it, then stops the
 //! leader gracefully (SIGTERM: a marked release, the peer takes over at once)
 //! and kills the next one (SIGKILL: the peer waits for the lease to expire),
-//! restarting each. Then it says what to try against the sidecars, which stay
-//! up until Ctrl-C or `--duration`. It exits non-zero if it saw no hand-over.
+//! restarting each. Beside the graceful hand-over it prints its figures, read
+//! off the fake API server: the release waits the gate lag (0.8 s with the
+//! demo's timings) so that a collector polling `/leader` stops first, then
+//! the named successor takes the Lease within milliseconds. Then it says
+//! what to try against the sidecars (its `kill` line names the leader of the
+//! moment), which stay up until Ctrl-C or `--duration`. It exits non-zero if
+//! it saw no hand-over.
 //!
 //! The gate ports are chosen below the kernel's ephemeral range
 //! (`/proc/sys/net/ipv4/ip_local_port_range`), so no outgoing connection can
@@ -35,20 +40,29 @@ use std::time::{Duration, Instant};
 use leader_gate::client::feed::{Feed, Signal};
 use leader_gate::client::url::GateUrl;
 use leader_gate::config::parse_duration;
-use support::fake_apiserver::FakeApiServer;
+use support::fake_apiserver::{FakeApiServer, lease_holder};
 
 const NAMESPACE: &str = "demo";
 const LEASE: &str = "demo-leader";
 const NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 /// Short timings so the demo moves: a crashed leader is replaced in ~4 s.
-const TIMING: [&str; 6] = [
+/// The margin (lease duration - renew deadline) is 1 s, so the gate lag,
+/// 80% of it, is 0.8 s. Followers claim the successor slot within 1-2 s of
+/// an election, so the graceful stop 3 s in finds a successor named.
+const TIMING: [&str; 8] = [
     "--lease-duration",
     "4s",
     "--renew-deadline",
     "3s",
     "--retry-period",
     "1s",
+    "--successor-claim-window",
+    "2s",
 ];
+/// The gate lag those timings give (80% of the 1 s margin).
+const GATE_LAG: Duration = Duration::from_millis(800);
+/// The Lease annotation naming the successor.
+const SUCCESSOR: &str = "leader-gate.dev/successor";
 
 /// Hidden, for tests/it/cli.rs: pod-a's gate address, used as given (no other
 /// port is tried), so a test can hand it a busy one.
@@ -201,7 +215,11 @@ async fn run_demo(
             pods[leader].name
         ),
     );
+    let successor = successor_of(&api);
+    let sigterm = Instant::now();
     pods[leader].stop(libc::SIGTERM);
+    let handover = watch_handover(&api, pods[leader].name, sigterm).await?;
+    explain_handover(started, &handover, successor.as_deref());
     let next = wait_for_leader(pods, Some(leader), Duration::from_secs(20)).await?;
     let _ = pods[leader].child.wait();
     if taken {
@@ -225,7 +243,8 @@ async fn run_demo(
     pods[next].restart(&binary, &api, dir, started, &mut ports, &starts)?;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    print_next_steps(pods);
+    let leader = wait_for_leader(pods, None, Duration::from_secs(20)).await?;
+    print_next_steps(pods, leader);
     match duration {
         Some(duration) => {
             let left = duration.saturating_sub(started.elapsed());
@@ -523,7 +542,85 @@ async fn wait_for_leader(
     }
 }
 
-fn print_next_steps(pods: &[Pod]) {
+/// When the Lease left the stopped leader, and when another pod held it.
+struct Handover {
+    released: Duration,
+    taken: Duration,
+    by: String,
+}
+
+/// Watches the Lease in the fake API server (every millisecond) from the
+/// SIGTERM of `leader` until another pod holds it.
+async fn watch_handover(
+    api: &FakeApiServer,
+    leader: &str,
+    sigterm: Instant,
+) -> Result<Handover, String> {
+    let mut released = None;
+    while sigterm.elapsed() < Duration::from_secs(20) {
+        let holder = api.lease(LEASE).as_ref().and_then(lease_holder);
+        if holder.as_deref() != Some(leader) {
+            let at = *released.get_or_insert(sigterm.elapsed());
+            if let Some(by) = holder {
+                return Ok(Handover {
+                    released: at,
+                    taken: sigterm.elapsed(),
+                    by,
+                });
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Err(format!(
+        "the Lease did not leave {leader} within 20 s of its SIGTERM"
+    ))
+}
+
+fn successor_of(api: &FakeApiServer) -> Option<String> {
+    api.lease(LEASE)?
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            SUCCESSOR.replace('/', "~1")
+        ))
+        .and_then(serde_json::Value::as_str)
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+}
+
+/// The figures of a graceful hand-over, and why the release waited.
+fn explain_handover(started: Instant, handover: &Handover, successor: Option<&str>) {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    say(
+        started,
+        &format!(
+            "    the release went out {:.0} ms after SIGTERM: it waits the gate lag ({} ms here, \
+             80% of the 1 s margin)",
+            ms(handover.released),
+            GATE_LAG.as_millis()
+        ),
+    );
+    say(
+        started,
+        "    so that a collector polling /leader stops first; gates that acknowledge (exec, \
+         file-gate) cut it short, and none runs here",
+    );
+    let why = match successor {
+        Some(name) if name == handover.by => "the named successor takes a release at once",
+        Some(_) => "not the named successor: the others wait a random spread",
+        None => "no successor named yet: the followers wait a random spread",
+    };
+    say(
+        started,
+        &format!(
+            "    {} took the Lease {:.1} ms after the release ({why}): the hand-over the \
+             benchmarks measure",
+            handover.by,
+            ms(handover.taken - handover.released)
+        ),
+    );
+}
+
+fn print_next_steps(pods: &[Pod], leader: usize) {
     println!("\nThe three sidecars keep running. Try, in another terminal:\n");
     for pod in pods {
         println!(
@@ -545,10 +642,11 @@ fn print_next_steps(pods: &[Pod]) {
         "  cargo run --release -- exec --url http://{} -- sh -c 'echo leading as $LEADER_GATE_TERM; sleep 1000'",
         first.gate
     );
+    let leading = &pods[leader];
     println!(
-        "  kill {}                                   # SIGTERM {}: watch the hand-over",
-        first.child.id(),
-        first.name
+        "  kill {}                                   # SIGTERM {}, the leader now: watch the hand-over",
+        leading.child.id(),
+        leading.name
     );
     println!("\nCtrl-C ends the demo.\n");
 }

@@ -10,6 +10,8 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use crate::client::feed::MAX_KEEP_ALIVE;
 use crate::client::file_gate::Mapping;
 use crate::client::url::{DEFAULT_URL, GateUrl};
+use crate::duration::HumanDuration;
+pub use crate::duration::parse_duration;
 use crate::elector::driver::ShutdownOptions;
 use crate::elector::lease::MAX_IDENTITY_LEN;
 use crate::serve::collector_health;
@@ -288,6 +290,34 @@ pub fn default_gate_lag(lease_duration: Duration, renew_deadline: Duration) -> D
     lease_duration.saturating_sub(renew_deadline) * 4 / 5
 }
 
+/// What a command line clap refused prints (`rendered`: clap's own text):
+/// `leader-gate: ` and clap's message, naming the flag, on the first line
+/// (a list of missing arguments joined into it), then each of clap's further
+/// lines on its own (a tip, the usage, "For more information, try
+/// '--help'."), without clap's blank lines.
+pub fn usage_error(rendered: &str) -> String {
+    let mut paragraphs = rendered.trim().split("\n\n");
+    let message: Vec<&str> = paragraphs
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    let mut lines = vec![format!(
+        "leader-gate: {}",
+        message.join(" ").trim_start_matches("error: ")
+    )];
+    lines.extend(
+        paragraphs
+            .flat_map(str::lines)
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .map(str::to_owned),
+    );
+    lines.join("\n")
+}
+
 /// A configuration value that breaks a rule.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {flag}: {rule}")]
@@ -407,7 +437,8 @@ impl ServeArgs {
             return Err(invalid(
                 "--lease-duration",
                 format!(
-                    "must be whole seconds, at least 1s (got {lease_duration:?}): the Lease stores whole seconds"
+                    "must be whole seconds, at least 1s (got {lease_duration}): the Lease stores whole seconds",
+                    lease_duration = HumanDuration(lease_duration),
                 ),
             ));
         }
@@ -415,7 +446,9 @@ impl ServeArgs {
             return Err(invalid(
                 "--lease-duration",
                 format!(
-                    "must be at most {MAX_LEASE_DURATION:?} (got {lease_duration:?}): leaseDurationSeconds is an int32, and a day without a leader is no failover"
+                    "must be at most {MAX_LEASE_DURATION} (got {lease_duration}): leaseDurationSeconds is an int32, and a day without a leader is no failover",
+                    MAX_LEASE_DURATION = HumanDuration(MAX_LEASE_DURATION),
+                    lease_duration = HumanDuration(lease_duration),
                 ),
             ));
         }
@@ -423,7 +456,9 @@ impl ServeArgs {
             return Err(invalid(
                 "--renew-deadline",
                 format!(
-                    "must be less than --lease-duration ({renew_deadline:?} >= {lease_duration:?})"
+                    "must be less than --lease-duration ({renew_deadline} >= {lease_duration})",
+                    renew_deadline = HumanDuration(renew_deadline),
+                    lease_duration = HumanDuration(lease_duration),
                 ),
             ));
         }
@@ -431,7 +466,9 @@ impl ServeArgs {
             return Err(invalid(
                 "--retry-period",
                 format!(
-                    "1.2 x --retry-period must be less than --renew-deadline ({retry_period:?} x 1.2 >= {renew_deadline:?})"
+                    "1.2 x --retry-period must be less than --renew-deadline ({retry_period} x 1.2 >= {renew_deadline})",
+                    retry_period = HumanDuration(retry_period),
+                    renew_deadline = HumanDuration(renew_deadline),
                 ),
             ));
         }
@@ -439,7 +476,9 @@ impl ServeArgs {
             return Err(invalid(
                 "--retry-period",
                 format!(
-                    "must be at least {MIN_RETRY_PERIOD:?} (got {retry_period:?}): the leader writes once per retry period"
+                    "must be at least {MIN_RETRY_PERIOD} (got {retry_period}): the leader writes once per retry period",
+                    MIN_RETRY_PERIOD = HumanDuration(MIN_RETRY_PERIOD),
+                    retry_period = HumanDuration(retry_period),
                 ),
             ));
         }
@@ -459,7 +498,9 @@ impl ServeArgs {
             return Err(invalid(
                 "--gate-lag",
                 format!(
-                    "must be less than the margin --lease-duration - --renew-deadline ({gate_lag:?} >= {margin:?}): a peer could start before this collector stops"
+                    "must be less than the margin --lease-duration - --renew-deadline ({gate_lag} >= {margin}): a peer could start before this collector stops",
+                    gate_lag = HumanDuration(gate_lag),
+                    margin = HumanDuration(margin),
                 ),
             ));
         }
@@ -468,7 +509,9 @@ impl ServeArgs {
             return Err(invalid(
                 "--shutdown-timeout",
                 format!(
-                    "must be more than --gate-lag ({shutdown_timeout:?} <= {gate_lag:?}{lag_origin}), or the release never happens"
+                    "must be more than --gate-lag ({shutdown_timeout} <= {gate_lag}{lag_origin}), or the release never happens",
+                    shutdown_timeout = HumanDuration(shutdown_timeout),
+                    gate_lag = HumanDuration(gate_lag),
                 ),
             ));
         }
@@ -484,8 +527,10 @@ impl ServeArgs {
             return Err(invalid(
                 "--events-keep-alive",
                 format!(
-                    "must be more than 0 and at most {MAX_KEEP_ALIVE:?} (got {events_keep_alive:?}): event-stream clients reconnect after {:?} of silence",
-                    MAX_KEEP_ALIVE * 3
+                    "must be more than 0 and at most {MAX_KEEP_ALIVE} (got {events_keep_alive}): event-stream clients reconnect after {} of silence",
+                    HumanDuration(MAX_KEEP_ALIVE * 3),
+                    MAX_KEEP_ALIVE = HumanDuration(MAX_KEEP_ALIVE),
+                    events_keep_alive = HumanDuration(events_keep_alive),
                 ),
             ));
         }
@@ -493,7 +538,10 @@ impl ServeArgs {
             return Err(invalid(
                 "--successor-claim-window",
                 format!(
-                    "must be more than --retry-period and at most {MAX_CLAIM_WINDOW:?} (got {successor_claim_window:?} with --retry-period {retry_period:?})"
+                    "must be more than --retry-period and at most {MAX_CLAIM_WINDOW} (got {successor_claim_window} with --retry-period {retry_period})",
+                    MAX_CLAIM_WINDOW = HumanDuration(MAX_CLAIM_WINDOW),
+                    successor_claim_window = HumanDuration(successor_claim_window),
+                    retry_period = HumanDuration(retry_period),
                 ),
             ));
         }
@@ -505,7 +553,9 @@ impl ServeArgs {
             return Err(invalid(
                 "--collector-health-grace",
                 format!(
-                    "must be at least 2 x --retry-period ({collector_health_grace:?} < 2 x {retry_period:?})"
+                    "must be at least 2 x --retry-period ({collector_health_grace} < 2 x {retry_period})",
+                    collector_health_grace = HumanDuration(collector_health_grace),
+                    retry_period = HumanDuration(retry_period),
                 ),
             ));
         }
@@ -561,13 +611,17 @@ pub fn check_grace(grace: Duration) -> Result<Option<String>, ConfigError> {
         return Err(invalid(
             "--grace",
             format!(
-                "must be at most {MAX_GRACE:?} (got {grace:?}): the collector may run this long after leadership ended, and no margin (--lease-duration - --renew-deadline of the sidecar) should be that wide"
+                "must be at most {MAX_GRACE} (got {grace}): the collector may run this long after leadership ended, and no margin (--lease-duration - --renew-deadline of the sidecar) should be that wide",
+                MAX_GRACE = HumanDuration(MAX_GRACE),
+                grace = HumanDuration(grace),
             ),
         ));
     }
     Ok((grace >= DEFAULT_MARGIN).then(|| {
         format!(
-            "warning: --grace {grace:?} is not below the default margin {DEFAULT_MARGIN:?} (--lease-duration 15s - --renew-deadline 10s): unless the sidecar's margin is wider than {grace:?}, a peer's collector may start while this one is still stopping"
+            "warning: --grace {grace} is not below the default margin {DEFAULT_MARGIN} (--lease-duration 15s - --renew-deadline 10s): unless the sidecar's margin is wider than {grace}, a peer's collector may start while this one is still stopping",
+            grace = HumanDuration(grace),
+            DEFAULT_MARGIN = HumanDuration(DEFAULT_MARGIN),
         )
     }))
 }
@@ -667,49 +721,6 @@ pub fn parse_mode(text: &str) -> Result<u32, String> {
         .ok()
         .filter(|mode| *mode <= 0o777)
         .ok_or_else(|| format!("{text:?} is not an octal file mode like 0644"))
-}
-
-/// Parses `15s`, `1500ms`, `2m`, `1m30s`, `0.5s`; a bare number is seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if let Ok(seconds) = text.parse::<f64>() {
-        return Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string());
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("{text:?} lacks a unit (ms, s, m, h)"))?;
-        let (number, tail) = rest.split_at(number_len);
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let value: f64 = number
-            .parse()
-            .map_err(|_| format!("{text:?} is not a duration like 15s, 500ms or 1m"))?;
-        let scale = match unit {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => {
-                return Err(format!(
-                    "{text:?} has an unknown unit {unit:?} (use ms, s, m or h)"
-                ));
-            }
-        };
-        total = Duration::try_from_secs_f64(value * scale)
-            .ok()
-            .and_then(|part| total.checked_add(part))
-            .ok_or_else(|| format!("{text:?} is too long a duration"))?;
-        rest = tail;
-    }
-    if text.is_empty() {
-        return Err("empty duration".into());
-    }
-    Ok(total)
 }
 
 #[cfg(test)]
@@ -843,7 +854,7 @@ mod tests {
         assert!(
             error
                 .to_string()
-                .starts_with("invalid --grace: must be at most 300s"),
+                .starts_with("invalid --grace: must be at most 5m (got 5m0.001s)"),
             "{error}"
         );
     }
@@ -1018,21 +1029,6 @@ mod tests {
         }
         assert!(args(&[]).is_ok());
         assert!(is_dns1123_subdomain("metricbeat.cluster-leader"));
-    }
-
-    #[test]
-    fn durations_parse_in_the_usual_units() {
-        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
-        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
-        assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("10 parsecs").is_err());
-        assert!(parse_duration("").is_err());
-        // No overflow panic on absurd input: an error naming it.
-        assert!(parse_duration("18446744073709551615s18446744073709551615s").is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! Three sides, one folder each: [`elector`] (the state machine, the driver
 //! and the Lease protocol), [`serve`] (`leader-gate serve`: what the sidecar
 //! publishes over HTTP) and [`client`] (the commands that ask a sidecar over
-//! HTTP). [`config`] and [`exit`] are the binary's glue; [`clock`] and
+//! HTTP). [`config`], [`duration`] and [`exit`] are the binary's glue; [`clock`] and
 //! [`backoff`] are shared by all three sides.
 //!
 //! The serving side reads the elector through [`elector::driver::Outlet`] and
@@ -16,6 +16,7 @@ pub mod backoff;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod duration;
 pub mod elector;
 pub mod exit;
 pub mod serve;

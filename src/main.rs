@@ -6,11 +6,14 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
+use clap::error::ErrorKind;
 
 use leader_gate::client::{exec, file_gate, status, watch};
 use leader_gate::config::{
     Cli, ClientArgs, Command, ExecArgs, FileGateArgs, InstallArgs, LogFormat, WaitArgs, WatchArgs,
+    usage_error,
 };
+use leader_gate::duration::HumanDuration;
 use leader_gate::exit;
 use leader_gate::serve::sidecar;
 
@@ -22,19 +25,13 @@ fn main() -> ExitCode {
             let _ = error.print();
             return ExitCode::SUCCESS;
         }
+        Err(error) if error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // `leader-gate` alone: the usage, with every subcommand.
+            eprint!("{}", error.render());
+            return ExitCode::from(exit::USAGE);
+        }
         Err(error) => {
-            // One line: clap's message up to its usage block.
-            let rendered = error.render().to_string();
-            let message: Vec<&str> = rendered
-                .lines()
-                .map(str::trim)
-                .take_while(|line| !line.starts_with("Usage:"))
-                .filter(|line| !line.is_empty())
-                .collect();
-            eprintln!(
-                "leader-gate: {}",
-                message.join(" ").trim_start_matches("error: ")
-            );
+            eprintln!("{}", usage_error(&error.render().to_string()));
             return ExitCode::from(exit::USAGE);
         }
     };
@@ -138,7 +135,13 @@ async fn run_client(command: Command) -> ExitCode {
             if status::wait(client.url, timeout).await {
                 ExitCode::SUCCESS
             } else {
-                eprintln!("leader-gate wait: not leading after {timeout:?}");
+                match timeout {
+                    Some(timeout) => eprintln!(
+                        "leader-gate wait: not leading after {}",
+                        HumanDuration(timeout)
+                    ),
+                    None => eprintln!("leader-gate wait: not leading"),
+                }
                 ExitCode::FAILURE
             }
         }

@@ -1,5 +1,6 @@
-//! The command line of the real binary: bad input exits 64 with one line
-//! naming the flag and the rule, before any I/O (G8).
+//! The command line of the real binary: bad input exits 64 with a message
+//! naming the flag and the rule, before any I/O (G8): one line for a rule
+//! broken, clap's lines each on its own for a flag clap refused.
 
 use std::process::Command;
 
@@ -20,8 +21,41 @@ fn run(args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
+/// Exit 64 and `leader-gate: ` with the message naming the flag first; a
+/// message clap wrote goes on with its further lines, each on its own and
+/// none run into another ("…syntax For more information…").
+fn assert_usage_error(args: &[&str], code: Option<i32>, stderr: &str, expected: &str) {
+    assert_eq!(code, Some(64), "{args:?}: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(lines[0].starts_with("leader-gate: "), "{args:?}: {stderr}");
+    assert!(
+        lines[0].contains(expected),
+        "{args:?}: {:?} lacks {expected:?}",
+        lines[0]
+    );
+    for line in &lines {
+        assert!(
+            !line.trim().is_empty(),
+            "{args:?}: a blank line in\n{stderr}"
+        );
+        for start in ["For more information", "Usage:", "tip:"] {
+            assert!(
+                !line.contains(start) || line.starts_with(start),
+                "{args:?}: {start:?} runs into another line: {line:?}"
+            );
+        }
+    }
+    if lines.len() > 1 {
+        assert_eq!(
+            lines.last(),
+            Some(&"For more information, try '--help'."),
+            "{args:?}: clap's lines end with its pointer to --help:\n{stderr}"
+        );
+    }
+}
+
 #[test]
-fn bad_flags_exit_64_with_one_line_naming_the_flag() {
+fn bad_flags_exit_64_naming_the_flag() {
     let cases: &[(&[&str], &str)] = &[
         (&[], "--lease-name"),
         (
@@ -130,16 +164,69 @@ fn bad_flags_exit_64_with_one_line_naming_the_flag() {
         let mut argv = vec!["serve"];
         argv.extend_from_slice(args);
         let (code, stderr) = run(&argv);
-        assert_eq!(code, Some(64), "{args:?}: {stderr}");
-        assert_eq!(
-            stderr.lines().count(),
-            1,
-            "{args:?}: one line, got:\n{stderr}"
-        );
-        assert!(stderr.starts_with("leader-gate: "), "{stderr}");
+        assert_usage_error(&argv, code, &stderr, expected);
+        if expected.starts_with("invalid --") {
+            // A rule of leader-gate's own: that one line only.
+            assert_eq!(stderr.lines().count(), 1, "{args:?}: one line:\n{stderr}");
+        }
+    }
+}
+
+#[test]
+fn clap_refusals_put_each_of_its_lines_on_its_own() {
+    let (code, stderr) = run(&["serve", "--lease-name", "demo", "--listen", "localhost"]);
+    assert_usage_error(&["--listen"], code, &stderr, "--listen");
+    assert_eq!(
+        stderr,
+        "leader-gate: invalid value 'localhost' for '--listen <LISTEN>': invalid socket address syntax\n\
+         For more information, try '--help'.\n"
+    );
+    // A missing flag: clap's list joined into the first line, then its usage.
+    let (code, stderr) = run(&["serve"]);
+    assert_usage_error(&["serve"], code, &stderr, "--lease-name <LEASE_NAME>");
+    assert_eq!(
+        stderr,
+        "leader-gate: the following required arguments were not provided: --lease-name <LEASE_NAME>\n\
+         Usage: leader-gate serve --lease-name <LEASE_NAME>\n\
+         For more information, try '--help'.\n"
+    );
+}
+
+#[test]
+fn no_arguments_print_the_usage_with_every_subcommand() {
+    let (code, stderr) = run(&[]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("Usage: leader-gate <COMMAND>"), "{stderr}");
+    for command in [
+        "serve",
+        "watch",
+        "exec",
+        "file-gate",
+        "status",
+        "wait",
+        "install",
+        "handover",
+    ] {
         assert!(
-            stderr.contains(expected),
-            "{args:?}: {stderr:?} lacks {expected:?}"
+            stderr
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{command} "))),
+            "{command} missing from the usage:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn wait_says_how_long_it_waited_as_the_flag_is_written() {
+    // Nothing listens on port 9: never leading.
+    for (timeout, said) in [("300ms", "300ms"), ("1.5s", "1.5s")] {
+        let (code, stderr) = run(&["wait", "--url", "http://127.0.0.1:9", "--timeout", timeout]);
+        assert_eq!(code, Some(1), "{stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert_eq!(
+            last,
+            format!("leader-gate wait: not leading after {said}"),
+            "{stderr}"
         );
     }
 }
@@ -240,22 +327,12 @@ fn client_command_lines_exit_64_naming_the_flag() {
     ];
     for (args, expected) in cases {
         let (code, stderr) = run(args);
-        assert_eq!(code, Some(64), "{args:?}: {stderr}");
-        assert_eq!(
-            stderr.lines().count(),
-            1,
-            "{args:?}: one line, got:\n{stderr}"
-        );
-        assert!(stderr.starts_with("leader-gate: "), "{stderr}");
-        assert!(
-            stderr.contains(expected),
-            "{args:?}: {stderr:?} lacks {expected:?}"
-        );
+        assert_usage_error(args, code, &stderr, expected);
     }
 }
 
 #[test]
-fn file_gate_rejects_a_bad_mapping_or_mode_with_exit_64_and_one_line() {
+fn file_gate_rejects_a_bad_mapping_or_mode_with_exit_64_naming_it() {
     let dir =
         std::env::temp_dir().join(format!("leader-gate-cli-file-gate-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -285,17 +362,7 @@ fn file_gate_rejects_a_bad_mapping_or_mode_with_exit_64_and_one_line() {
         let mut argv = vec!["file-gate"];
         argv.extend_from_slice(args);
         let (code, stderr) = run_bounded(&argv);
-        assert_eq!(code, Some(64), "{args:?}: {stderr}");
-        assert_eq!(
-            stderr.lines().count(),
-            1,
-            "{args:?}: one line, got:\n{stderr}"
-        );
-        assert!(stderr.starts_with("leader-gate: "), "{stderr}");
-        assert!(
-            stderr.contains(expected),
-            "{args:?}: {stderr:?} lacks {expected:?}"
-        );
+        assert_usage_error(&argv, code, &stderr, expected);
     }
     // Nothing was written: validation comes before any I/O.
     assert!(!dir.join("dst.yml").exists());
@@ -374,7 +441,7 @@ fn timing_combinations_that_break_the_rule_exit_64_naming_the_flags() {
         ),
         (
             &["exec", "--grace", "10m", "--", "true"],
-            &["invalid --grace: must be at most 300s (got 600s)"],
+            &["invalid --grace: must be at most 5m (got 10m)"],
         ),
         (
             &["exec", "--grace", "1h", "--", "true"],
@@ -383,9 +450,7 @@ fn timing_combinations_that_break_the_rule_exit_64_naming_the_flags() {
     ];
     for (args, expected) in cases {
         let (code, stderr) = run_bounded(args);
-        assert_eq!(code, Some(64), "{args:?}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line:\n{stderr}");
-        assert!(stderr.starts_with("leader-gate: "), "{stderr}");
+        assert_usage_error(args, code, &stderr, expected[0]);
         for part in *expected {
             assert!(stderr.contains(part), "{args:?}: {stderr:?} lacks {part:?}");
         }
@@ -489,4 +554,32 @@ fn the_demo_restarts_a_sidecar_whose_gate_port_was_taken_on_a_new_port() {
         .collect();
     assert_eq!(moved.len(), 2, "both restarts moved:\n{stdout}");
     assert!(stdout.contains("done: "), "{stdout}");
+    assert_the_demo_explains_itself(&stdout);
+}
+
+/// Beside the graceful hand-over the demo says why the release waited (the
+/// gate lag) and how soon the Lease was taken; its suggested `kill` names the
+/// pod that leads when it is printed, whichever that is.
+fn assert_the_demo_explains_itself(stdout: &str) {
+    assert!(
+        stdout.contains("the release went out ") && stdout.contains("it waits the gate lag"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(" took the Lease "), "{stdout}");
+    let (before, after) = stdout
+        .split_once("The three sidecars keep running")
+        .expect("the next steps");
+    let leader = before
+        .lines()
+        .rfind(|l| l.contains(": started-leading"))
+        .and_then(|l| l.split("] ").nth(1)?.split(':').next())
+        .expect("a leader before the next steps");
+    let kill = after
+        .lines()
+        .find(|l| l.trim_start().starts_with("kill "))
+        .expect("a kill line");
+    assert!(
+        kill.contains(&format!("# SIGTERM {leader}, the leader now")),
+        "the leader is {leader}: {kill}"
+    );
 }

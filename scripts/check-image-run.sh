@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# Proves the image (scripts/build-image.sh) in real container runtimes:
+#
+# 1. two builds of it are byte-identical;
+# 2. `docker load` (Debian's dockerd, on a data root of its own) and
+#    `podman load` (on a storage root of its own) accept the archive and
+#    agree on its image ID; Docker reports USER 65532:65532, the binary as
+#    ENTRYPOINT, ports 4040 and 4041, and the version label of Cargo.toml;
+# 3. containerd (Debian's containerd and runc; its own root, state and
+#    socket under a temporary directory, not the system's) imports it and
+#    runs it: with no arguments (ENTRYPOINT and CMD: `serve --help`),
+#    `--version`, and `serve` against the tests' fake API server
+#    (examples/fake_apiserver.rs, kubeconfig mounted read-only; host
+#    network, every listener on 127.0.0.1) until its gate answers
+#    `GET /leader` 200 with "leading":true, the process running as uid and
+#    gid 65532; then SIGTERM, and the container must exit 0.
+#
+# Everything it starts (containerd, dockerd, the fake API server, the
+# containers) is stopped on exit, and its directory removed. It needs root,
+# and installs the Debian packages it needs if they are missing.
+#
+#   scripts/check-image-run.sh [--binary PATH]
+#
+# The binary defaults to the one scripts/check-image-build.sh built (run it
+# first); --binary puts another in the image (to watch this check fail).
+set -euo pipefail
+started=$SECONDS
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+say() { echo "check-image-run: $*"; }
+fail() {
+    echo "check-image-run: FAILED: $*" >&2
+    exit 1
+}
+
+[[ $(id -u) == 0 ]] || fail "needs root (containerd, dockerd and podman run as root here)"
+build_args=()
+case "${1-}" in
+"") ;;
+--binary)
+    (($# == 2)) || fail "usage: $0 [--binary PATH]"
+    build_args=(--binary "$2")
+    ;;
+*) fail "usage: $0 [--binary PATH]" ;;
+esac
+
+# --- what it needs -----------------------------------------------------------
+missing=()
+for pair in containerd:containerd runc:runc umoci:umoci dockerd:docker.io podman:podman \
+    curl:curl python3:python3; do
+    command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
+done
+if ((${#missing[@]})); then
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # Where systemd runs, the packages just installed start services of
+    # their own; not ours.
+    for package in "${missing[@]}"; do
+        case $package in
+        docker.io) systemctl disable --now docker.socket docker.service >/dev/null 2>&1 || true ;;
+        containerd) systemctl disable --now containerd.service >/dev/null 2>&1 || true ;;
+        esac
+    done
+fi
+command -v docker >/dev/null || fail "no docker client (Debian's docker.io ships one)"
+
+version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' Cargo.toml | head -n1)
+name=leader-gate
+ref=docker.io/library/$name:$version
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/image-run.XXXXXX")
+chmod 0755 "$work" # the container's user reads the kubeconfig below it
+pids=()
+ctr=(ctr --address "$work/containerd/containerd.sock")
+cleanup() {
+    set +e
+    for id in image-check-help image-check-version image-check-serve; do
+        "${ctr[@]}" task kill -s SIGKILL "$id" >/dev/null 2>&1
+        "${ctr[@]}" task delete "$id" >/dev/null 2>&1
+        "${ctr[@]}" containers delete "$id" >/dev/null 2>&1
+    done
+    # Newest first: dockerd before the containerd it uses.
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+        kill "${pids[i]}" 2>/dev/null
+        for _ in $(seq 100); do kill -0 "${pids[i]}" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "${pids[i]}" 2>/dev/null
+        wait "${pids[i]}" 2>/dev/null
+    done
+    # Whatever the runtimes left mounted below the directory (deepest first).
+    awk -v w="$work" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r |
+        while read -r mount; do umount -l "$mount"; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Waits up to $1 seconds for the command after it to succeed.
+wait_for() {
+    local deadline=$((SECONDS + $1))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || return 1
+        sleep 0.2
+    done
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# --- 1. the image, twice -----------------------------------------------------
+scripts/build-image.sh "${build_args[@]}" --output "$work/first.tar" >/dev/null
+archive=target/image/$name-$version.oci.tar
+scripts/build-image.sh "${build_args[@]}" --output "$archive"
+cmp -s "$work/first.tar" "$archive" ||
+    fail "two builds of the image differ: $(sha256sum "$work/first.tar" "$archive" | tr '\n' ' ')"
+say "two builds are identical: sha256 $(sha256sum "$archive" | cut -d' ' -f1)"
+
+# --- 2. docker load, podman load -------------------------------------------
+mkdir -p "$work/containerd"
+cat >"$work/containerd/config.toml" <<EOF
+version = 2
+root = "$work/containerd/root"
+state = "$work/containerd/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "$work/containerd/containerd.sock"
+[ttrpc]
+  address = "$work/containerd/containerd.sock.ttrpc"
+[debug]
+  address = "$work/containerd/debug.sock"
+EOF
+containerd --config "$work/containerd/config.toml" >"$work/containerd.log" 2>&1 &
+pids+=($!)
+wait_for 30 "${ctr[@]}" version || fail "containerd did not start: $(tail -n 5 "$work/containerd.log")"
+say "containerd $(containerd --version | awk '{print $3}') on $work/containerd/containerd.sock"
+
+mkdir -p "$work/docker"
+dockerd --data-root "$work/docker/data" --exec-root "$work/docker/exec" \
+    --pidfile "$work/docker/pid" -H "unix://$work/docker/docker.sock" \
+    --containerd "$work/containerd/containerd.sock" \
+    --iptables=false --ip6tables=false --bridge=none --storage-driver vfs \
+    >"$work/dockerd.log" 2>&1 &
+pids+=($!)
+export DOCKER_HOST=unix://$work/docker/docker.sock
+wait_for 30 docker version || fail "dockerd did not start: $(tail -n 5 "$work/dockerd.log")"
+loaded=$(docker load -i "$archive") || fail "docker load refused the archive"
+[[ $loaded == *"Loaded image: $name:$version"* ]] || fail "docker load: $loaded"
+docker_id=$(docker image inspect --format '{{.Id}}' "$name:$version")
+config=$(docker image inspect --format \
+    '{{.Config.User}}|{{json .Config.Entrypoint}}|{{json .Config.Cmd}}|{{json .Config.ExposedPorts}}|{{index .Config.Labels "org.opencontainers.image.version"}}|{{.Os}}/{{.Architecture}}' \
+    "$name:$version")
+want="65532:65532|[\"/usr/local/bin/leader-gate\"]|[\"serve\",\"--help\"]|{\"4040/tcp\":{},\"4041/tcp\":{}}|$version|linux/amd64"
+[[ $config == "$want" ]] || fail "docker image inspect: got $config, want $want"
+say "docker load (dockerd $(dockerd --version | awk '{print $3}' | tr -d ,)): $name:$version, $docker_id, $config"
+
+podman=(podman --root "$work/podman/root" --runroot "$work/podman/run" --storage-driver vfs)
+loaded=$("${podman[@]}" load -q -i "$archive" 2>&1) || fail "podman load refused the archive: $loaded"
+podman_id=$("${podman[@]}" image inspect --format '{{.Id}}' "$ref")
+[[ sha256:$podman_id == "$docker_id" ]] || fail "podman's image ID $podman_id is not docker's $docker_id"
+say "podman load (podman $(podman --version | awk '{print $3}')): $ref, the same image ID"
+
+# --- 3. containerd: import and run -----------------------------------------
+"${ctr[@]}" images import "$archive" >/dev/null || fail "ctr images import refused the archive"
+"${ctr[@]}" images check "name==$ref" | grep -q complete || fail "ctr imported no complete $ref"
+say "ctr images import: $ref"
+
+# No arguments: ENTRYPOINT and CMD (`serve --help`).
+help=$("${ctr[@]}" run --rm "$ref" image-check-help 2>&1) ||
+    fail "the image's ENTRYPOINT and CMD did not run: $help"
+[[ $help == *"--lease-name"* ]] || fail "no arguments: want serve's help, got: $help"
+say "no arguments: ENTRYPOINT + CMD print serve's help"
+
+out=$("${ctr[@]}" run --rm "$ref" image-check-version /usr/local/bin/leader-gate --version 2>&1) ||
+    fail "--version in the container: $out"
+[[ $out == "leader-gate $version" ]] || fail "--version in the container printed '$out'"
+say "--version: $out"
+
+# serve, against the fake API server, until it leads.
+fake=${CARGO_TARGET_DIR:-target}/debug/examples/fake_apiserver
+cargo build --quiet --example fake_apiserver || fail "cannot build examples/fake_apiserver.rs"
+kube=$work/kube
+"$fake" "$kube" image-check >"$work/fake.out" 2>&1 &
+pids+=($!)
+wait_for 30 grep -q '^ready url=' "$work/fake.out" ||
+    fail "the fake API server did not start: $(cat "$work/fake.out")"
+ready=$(head -n1 "$work/fake.out")
+kubeconfig=${ready##*kubeconfig=}
+say "fake API server: $ready"
+
+gate_port=$(free_port)
+admin_port=$(free_port)
+"${ctr[@]}" run --rm --net-host \
+    --mount "type=bind,src=$kube,dst=$kube,options=rbind:ro" \
+    --env "KUBECONFIG=$kubeconfig" \
+    "$ref" image-check-serve /usr/local/bin/leader-gate serve \
+    --lease-name demo-leader --identity image-check \
+    --listen "127.0.0.1:$gate_port" --admin-listen "127.0.0.1:$admin_port" \
+    --lease-duration 4s --renew-deadline 3s --retry-period 1s \
+    >"$work/serve.log" 2>&1 &
+serve=$!
+body=""
+leading() {
+    body=$(curl -s -m 2 -w ' %{http_code}' "http://127.0.0.1:$gate_port/leader") || return 1
+    [[ $body == *'"leading":true'*' 200' ]]
+}
+for _ in $(seq 150); do
+    leading && break
+    kill -0 "$serve" 2>/dev/null || break
+    sleep 0.2
+done
+[[ $body == *'"leading":true'*' 200' ]] ||
+    fail "the containerized serve never led (last /leader: '${body:-no answer}'); its log: $(tail -n 5 "$work/serve.log")"
+[[ $body == *'"identity":"image-check"'* ]] || fail "/leader answered for someone else: $body"
+say "GET /leader from the container: $body"
+
+pid=$("${ctr[@]}" task ps image-check-serve | awk 'NR == 2 { print $1 }')
+ids=$(awk '/^(Uid|Gid):/ { printf "%s %s ", $1, $2 }' "/proc/$pid/status")
+[[ $ids == "Uid: 65532 Gid: 65532 " ]] || fail "the container's process runs as $ids, not 65532:65532"
+say "its process (pid $pid on the host) runs as uid 65532, gid 65532"
+
+"${ctr[@]}" task kill -s SIGTERM image-check-serve
+code=0
+wait "$serve" || code=$?
+((code == 0)) || fail "after SIGTERM the container exited $code; its log: $(tail -n 5 "$work/serve.log")"
+grep -q "stopped" "$work/serve.log" || fail "no 'stopped' line in the container's log"
+say "SIGTERM: the container stopped, exit 0"
+
+say "ok in $((SECONDS - started)) s"
