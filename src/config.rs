@@ -171,7 +171,8 @@ pub struct ServeArgs {
     pub gate_lag: Option<Duration>,
 
     /// Let a graceful release go out as soon as every gate registered for
-    /// the term (exec, file-gate, routing) acknowledged that it closed,
+    /// the term (exec, file-gate with --reload-url, a subscriber of
+    /// /events?gate=ID) acknowledged that it closed,
     /// instead of always waiting --gate-lag. Set false when something else
     /// polls /leader to gate cluster-wide work: it cannot acknowledge.
     #[arg(long, env = "LEADER_GATE_GATE_ACKS", default_value_t = true, action = ArgAction::Set)]

@@ -155,7 +155,10 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
             // Idle: orphans re-parented to a subreaper or PID 1 are reaped.
             process_tree::reap_exited();
         }
-        if let Some(term) = unacknowledged.take_if(|term| feed.stopped_term() == Some(term)) {
+        // Never for a term this feed says leads again.
+        if let Some(term) = unacknowledged.take_if(|term| {
+            feed.stopped_term() == Some(term) && feed.leading().is_none_or(|v| &v.term != term)
+        }) {
             acknowledge(&feed, &term).await;
         }
         // Reconcile: the tree runs exactly while a term is valid here.

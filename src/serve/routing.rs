@@ -8,9 +8,8 @@
 //!   only while the term is current;
 //! - when it steps down of its own accord (shutdown, hand-over, unhealthy
 //!   collector), its entry is removed at once, within the gate lag that
-//!   comes before the release; the task is a registered gate
-//!   ([`crate::serve::gate_acks`], id `routing`), so the release waits for
-//!   the removal, and no longer than that when the other gates are closed;
+//!   comes before the release (it does not acknowledge the term: kube-proxy's
+//!   propagation after the write is what the gate lag covers);
 //! - after it lost the Lease (renew deadline, 403, another holder, a
 //!   deleted Lease) it never writes again in that term: the next leader's
 //!   write replaces its entry.
@@ -24,7 +23,6 @@
 //! missing slice is logged once per episode, naming verb, resource and name.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -38,11 +36,7 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::elector::api_error::ApiError;
 use crate::elector::lease_client::KubeLeaseStore;
-use crate::serve::gate_acks::{GateAcks, Registration};
 use crate::serve::published::LeaderState;
-
-/// The id this task registers under as a gate.
-pub const GATE_ID: &str = "routing";
 
 /// Each request is bounded by this.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
@@ -116,12 +110,10 @@ pub fn spawn(
     state: watch::Receiver<LeaderState>,
     retry_period: Duration,
     lease_duration: Duration,
-    gate_acks: &Arc<GateAcks>,
 ) -> JoinHandle<()> {
-    // Registered before the election starts: counted for every term.
-    let registration = gate_acks.register(GATE_ID).expect("the first gate fits");
+    // Not a registered gate: a successful write says nothing of when
+    // kube-proxy stops sending traffic here, which only the gate lag covers.
     let router = Router {
-        gate: (gate_acks.clone(), registration),
         store,
         name: options.slice_name(),
         namespace,
@@ -147,8 +139,6 @@ struct Router {
     recheck: Duration,
     /// The failure of the current episode, already logged.
     reported: Option<&'static str>,
-    /// This task as a gate: it acknowledges a term once its entry is out.
-    gate: (Arc<GateAcks>, Registration),
 }
 
 /// Why a write did not happen.
@@ -179,8 +169,6 @@ impl Router {
         // Whether this process may have listed itself in the current (or
         // last) term: only then is there an entry of ours to remove.
         let mut listed = false;
-        // The term the slice last listed this pod for.
-        let mut term_listed: Option<String> = None;
         let mut failures = 0;
         let mut open = true;
         // What the slice was last seen to say, for which term, and when: the
@@ -200,7 +188,6 @@ impl Router {
                 } else {
                     // Lost, not released: never write in that term again.
                     listed = false;
-                    term_listed = None;
                     None
                 }
             };
@@ -225,12 +212,6 @@ impl Router {
                     Ok(()) => {
                         failures = 0;
                         self.episode_ended();
-                        if want == Want::Listed {
-                            term_listed.clone_from(&term);
-                        } else if let Some(ended) = term_listed.take() {
-                            // Out of the slice: nothing routes here for that term.
-                            self.gate.0.acknowledge(GATE_ID, &ended);
-                        }
                         listed = want == Want::Listed;
                         converged = Some((want, term, Instant::now()));
                         backing_off = None;

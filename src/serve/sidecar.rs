@@ -149,7 +149,6 @@ pub async fn run(config: ServeConfig) -> ExitCode {
             state.clone(),
             config.retry_period,
             config.lease_duration,
-            &gate_acks,
         )
     });
     let heartbeat = Heartbeat::new();

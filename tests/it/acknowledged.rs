@@ -360,3 +360,22 @@ async fn file_gate_acknowledges_once_its_copy_is_gone_and_the_reload_answered() 
         reload.as_secs_f64()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_gate_without_a_reload_url_leaves_the_release_to_the_gate_lag() {
+    // Without --reload-url the collector finds the removal at its own reload
+    // period: the file gate cannot tell when it stopped, so it does not
+    // register, and the release waits the whole gate lag.
+    let (pods, l, gate, dst, _sub, _) =
+        file_gate_pods("ack-file-gate-no-reload", false, None).await;
+    let signalled = Instant::now();
+    pods.sidecars[l].signal(libc::SIGTERM);
+    let released = pods.release_of(NAMES[l]).await;
+    assert!(!dst.exists(), "the copy was removed: {}", gate.log());
+    assert!(
+        released - signalled >= GATE_LAG,
+        "released {:?} after SIGTERM, before the gate lag ({GATE_LAG:?})\n{}",
+        released - signalled,
+        gate.log()
+    );
+}

@@ -170,6 +170,7 @@ async fn the_slice_follows_leadership_through_sigterm_and_sigkill_and_names_only
 
     // SIGTERM: out of the slice before the release, then the next leader in.
     let mut leader = sidecars.remove(first);
+    let signalled = Instant::now();
     leader.signal(libc::SIGTERM);
     assert!(leader.wait_exit(Duration::from_secs(20)).await.is_some());
     let released = api
@@ -188,6 +189,15 @@ async fn the_slice_follows_leadership_through_sigterm_and_sigkill_and_names_only
     assert!(
         removed < released,
         "the slice still named {first_name} when it released the Lease"
+    );
+    // The slice is written at once, but kube-proxy on every node applies it
+    // later: the release still waits the whole gate lag (80 % of the 1 s
+    // margin here), not just for the write.
+    assert!(
+        released.duration_since(signalled) >= Duration::from_millis(800),
+        "released {:?} after SIGTERM, before the gate lag; the slice changed {:?} after it",
+        released.duration_since(signalled),
+        removed.duration_since(signalled)
     );
     let second = wait_any_leader(&sidecars.iter().collect::<Vec<_>>(), within).await;
     let second_name = sidecars[second].name.clone();

@@ -130,7 +130,14 @@ pub async fn run(options: FileGateOptions) {
         reload(url).await;
     }
     let guard = guard(&gate.options.mappings);
-    let mut feed = Feed::registered(gate.options.url.clone(), "file-gate");
+    // Only with --reload-url can it tell when the collector was told of a
+    // removal; without it the collector finds out at its own reload period,
+    // which only the gate lag covers: then it does not register.
+    let mut feed = if gate.options.reload.is_some() {
+        Feed::registered(gate.options.url.clone(), "file-gate")
+    } else {
+        Feed::new(gate.options.url.clone())
+    };
     // The term the copies were last written for, until its end is
     // acknowledged: once they are removed, the collector told (its reload
     // answered), and the sidecar said the term stopped.
