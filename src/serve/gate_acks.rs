@@ -1,8 +1,8 @@
 //! Acknowledged step-downs: which gates hold a term open, and whether every
 //! one of them has said it is closed.
 //!
-//! A gate registers by subscribing to `/events?gate=ID` (`exec` and
-//! `file-gate` do; the routing task registers itself). Every gate connected
+//! A gate registers by subscribing to `/events?gate=ID` (`exec` does, and
+//! `file-gate` with a reload URL). Every gate connected
 //! when a term starts, or that registers while it runs, is *registered for
 //! that term* and stays so — through disconnects, and if it dies — until it
 //! acknowledges the term with `POST /gates/ID/closed?term=TERM`: "nothing of
@@ -53,6 +53,15 @@ struct TermGates {
     open: HashSet<Arc<str>>,
     /// Registered for this term and acknowledged.
     closed: HashSet<Arc<str>>,
+}
+
+impl Inner {
+    /// Gates connected or still owing the current term's acknowledgement,
+    /// each counted once.
+    fn distinct_gates(&self) -> usize {
+        let owing = self.term.iter().flat_map(|t| &t.open);
+        self.connected.len() + owing.filter(|id| !self.connected.contains_key(*id)).count()
+    }
 }
 
 impl TermGates {
@@ -120,10 +129,7 @@ impl GateAcks {
         let mut inner = self.inner.lock().expect("gate acks lock");
         let known = inner.connected.contains_key(id)
             || inner.term.as_ref().is_some_and(|term| term.knows(id));
-        if !known
-            && inner.connected.len() + inner.term.as_ref().map_or(0, |t| t.open.len())
-                >= self.capacity
-        {
+        if !known && inner.distinct_gates() >= self.capacity {
             return Err(RegisterError::Full);
         }
         let gate: Arc<str> = id.into();
@@ -403,6 +409,20 @@ mod tests {
         let _b = acks.register("b").unwrap();
         assert_eq!(acks.register("c").err(), Some(RegisterError::Full));
         let _b_again = acks.register("b").expect("a known gate reconnects");
+    }
+
+    #[test]
+    fn a_connected_gate_registered_for_the_term_counts_once_against_the_bound() {
+        let acks = GateAcks::new(2);
+        acks.term_changed(Some("t/1"), true);
+        let _a = acks.register("a").unwrap();
+        let b = acks.register("b").expect("two gates fit a bound of two");
+        assert_eq!(acks.register("c").err(), Some(RegisterError::Full));
+        // b's stream dropped: it still owes t/1, and still takes its place.
+        drop(b);
+        assert_eq!(acks.register("c").err(), Some(RegisterError::Full));
+        assert_eq!(acks.acknowledge("b", "t/1"), Ack::Counted);
+        let _c = acks.register("c").expect("b no longer owes anything");
     }
 
     #[tokio::test]
