@@ -44,7 +44,12 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 const CONFLICTS: u32 = 5;
 /// Stop reasons after which this instance released the Lease itself: its
 /// entry is removed. After any other, it does not write again.
-const STEPPED_DOWN: [&str; 3] = ["shutdown", "handover-requested", "collector-unhealthy"];
+const STEPPED_DOWN: [&str; 4] = [
+    "shutdown",
+    "handover-requested",
+    "collector-unhealthy",
+    "rebalance",
+];
 
 /// `--route-service` and the pod it names.
 #[derive(Clone, Debug, PartialEq)]

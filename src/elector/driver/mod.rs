@@ -681,7 +681,8 @@ fn left_to_expire(expires: Option<Instant>) -> String {
 /// only: on [`Input::Release`] (shutdown), for an unhealthy collector (only
 /// while it is unhealthy), and when asked to hand over (a hand-over
 /// request, or another identity in `spec.preferredHolder`; also after a
-/// term ended otherwise, e.g. at its renew deadline). How the last term
+/// term ended otherwise, e.g. at its renew deadline), a rebalance of its
+/// group's Leases being one such hand-over. How the last term
 /// ended is no guide by itself.
 fn release_reason(shutdown: bool, after: &Snapshot) -> &'static str {
     if shutdown {
@@ -690,6 +691,8 @@ fn release_reason(shutdown: bool, after: &Snapshot) -> &'static str {
         && after.last_stop != Some(StopReason::HandoverRequested)
     {
         "collector unhealthy"
+    } else if after.last_stop == Some(StopReason::Rebalance) {
+        "rebalancing: a pod that holds no other Lease was named successor"
     } else {
         HANDOVER
     }

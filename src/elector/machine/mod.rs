@@ -60,10 +60,12 @@ use crate::elector::lease::{Lease, TermId, WriterMark};
 
 mod requests;
 mod resume;
+mod spread;
 mod successor;
 mod view;
 
 pub use resume::NotResumed;
+pub use spread::{Spread, spread_of};
 pub use successor::{
     DEFAULT_CLAIM_WINDOW, HANDOVER_ANNOTATION, SUCCESSOR_ANNOTATION, handover_to, preferred_holder,
     set_annotation, successor_of,
@@ -121,6 +123,9 @@ pub enum Input {
     /// The collector passes (`true`) or fails its health check. Before the
     /// first of these the collector counts as healthy (no check configured).
     CollectorHealth(bool),
+    /// What this process holds of its group's other Leases (see `spread`);
+    /// a process elected for one Lease never sends it.
+    Spread(Spread),
 }
 
 /// What the driver must do.
@@ -182,6 +187,9 @@ pub enum StopReason {
     /// A hand-over was asked for (`leader-gate handover`, or another
     /// identity in `spec.preferredHolder`).
     HandoverRequested,
+    /// This process leads another Lease of its group, and a pod that held
+    /// none was named successor of this one (see `spread`).
+    Rebalance,
 }
 
 impl StopReason {
@@ -196,6 +204,7 @@ impl StopReason {
             Self::Shutdown => "shutdown",
             Self::CollectorUnhealthy => "collector-unhealthy",
             Self::HandoverRequested => "handover-requested",
+            Self::Rebalance => "rebalance",
         }
     }
 }
@@ -290,6 +299,8 @@ pub struct Election {
     released_while_unhealthy: bool,
     /// The named successor and the hand-over (see `successor`).
     successor: successor::Slot,
+    /// What this process holds of its group's other Leases.
+    spread: Spread,
 }
 
 // === impl Election ===
@@ -322,6 +333,7 @@ impl Election {
             shutting_down: false,
             collector_healthy: None,
             released_while_unhealthy: false,
+            spread: Spread::default(),
         }
     }
 
@@ -394,6 +406,7 @@ impl Election {
                     self.acquire_at = None;
                 }
             }
+            Input::Spread(spread) => self.set_spread(spread),
         }
         self.enforce_deadline(now);
         self.successor_turn(now, &mut actions);

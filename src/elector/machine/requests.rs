@@ -163,6 +163,7 @@ impl Election {
                             &self.settings,
                             &mut self.rng,
                             view,
+                            self.spread.held_elsewhere,
                         );
                         let attempt = free_at.max(now.instant) + spread;
                         self.acquire_at = Some((free_at, attempt));

@@ -107,6 +107,9 @@ pub(super) struct Slot {
     named: Option<String>,
     /// Our name was cleared once in this stopping episode.
     resigned: bool,
+    /// Leading a surplus Lease: the successor it steps down for, until the
+    /// record is no longer ours (see `spread`).
+    rebalance_to: Option<String>,
     /// Leading: the `preferredHolder` of the record when the term started.
     /// Only a change of it asks for a hand-over, so a preferred holder that
     /// never takes over cannot make every new holder step down at once.
@@ -120,6 +123,7 @@ impl Slot {
             claim_at: None,
             named: None,
             resigned: false,
+            rebalance_to: None,
             preferred_at_start: None,
         }
     }
@@ -131,10 +135,27 @@ impl Slot {
 /// an expiry naming nobody, for a create after a deletion, and (after a
 /// retry period, or half of one at an expiry, for the successor's write to
 /// arrive first) as the fallback for a named successor that is gone.
+///
+/// A pod holding other Leases of its group waits a tier more per Lease (see
+/// `spread`), and is no successor while it does.
 pub(super) fn acquisition_delay(
     settings: &Settings,
     rng: &mut fastrand::Rng,
     view: &View,
+    held_elsewhere: usize,
+) -> Duration {
+    let retry = settings.retry_period;
+    let tier = super::spread::tier_delay(retry, held_elsewhere);
+    tier.saturating_add(first_tier_delay(settings, rng, view, held_elsewhere == 0))
+}
+
+/// [`acquisition_delay`] for a pod that holds no other Lease of its group
+/// (`may_succeed`), or within its own tier.
+fn first_tier_delay(
+    settings: &Settings,
+    rng: &mut fastrand::Rng,
+    view: &View,
+    may_succeed: bool,
 ) -> Duration {
     let retry = settings.retry_period;
     let spread = late_draw(retry / 2, rng);
@@ -151,7 +172,7 @@ pub(super) fn acquisition_delay(
     let holder = lease.record().holder;
     match successor_of(lease).filter(|s| Some(s) != holder.as_ref()) {
         // The successor: at once, with no spread.
-        Some(s) if s == settings.identity => Duration::ZERO,
+        Some(s) if s == settings.identity && may_succeed => Duration::ZERO,
         // A fallback for a successor that is gone: late enough for its
         // acquisition to reach us on the watch first.
         Some(_) if view.is_free() => retry + spread,
@@ -196,6 +217,9 @@ impl Election {
 
     /// The identity a hand-over is asked for in `lease`, other than us.
     fn handover_target(&self, lease: &Lease) -> Option<String> {
+        if let Some(to) = &self.successor.rebalance_to {
+            return Some(to.clone());
+        }
         let me = self.settings.identity.as_str();
         if let Some(to) = handover_to(lease).filter(|t| t != me) {
             return Some(to);
@@ -228,6 +252,9 @@ impl Election {
             self.successor.named = named.clone();
         }
         let own = self.is_own(&lease.record());
+        if !own {
+            self.successor.rebalance_to = None;
+        }
         if self.is_leading() {
             self.successor.claim_at = None;
             if self.successor.preferred_at_start.is_none() {
@@ -235,6 +262,9 @@ impl Election {
             }
             if own && self.handover_target(&lease).is_some() {
                 self.step_down(StopReason::HandoverRequested);
+            } else if own && let Some(to) = self.rebalance_target(named.as_deref()) {
+                self.successor.rebalance_to = Some(to);
+                self.step_down(StopReason::Rebalance);
             } else {
                 return;
             }
@@ -252,11 +282,12 @@ impl Election {
         }
         self.successor.preferred_at_start = None;
         let me = self.settings.identity.as_str();
-        let stopping = self.shutting_down || !self.collector_healthy();
+        // A pod that stops, or holds another Lease of its group, stands back.
+        let stopping = self.shutting_down || !self.collector_healthy() || self.holds_elsewhere();
         if named.as_deref() == Some(me) {
             self.successor.claim_at = None;
             if stopping && !self.successor.resigned && !busy {
-                // A successor that stops gives up its slot, once.
+                // A successor that stands back gives up its slot, once.
                 self.successor.resigned = true;
                 actions.push(self.successor_write(&lease, None, now));
             }

@@ -13,6 +13,7 @@ use crate::elector::lease::RELEASED_TERM_ANNOTATION;
 use crate::elector::lease::fixtures::{LeaseBuilder, stored};
 
 mod properties;
+mod spread;
 mod successor;
 
 const SECOND: i64 = 1_000_000;

@@ -160,6 +160,9 @@ enum Step {
     Release,
     /// The wall clock is stepped (NTP), either way.
     WallJump(i64),
+    /// The process comes to hold other Leases of its group, or fewer, and
+    /// this one turns surplus or kept.
+    Spread(Spread),
 }
 
 fn fault() -> impl Strategy<Value = Fault> {
@@ -214,6 +217,10 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::ServeOrphan),
         1 => any::<bool>().prop_map(Step::Health),
         1 => (-60..60i64).prop_map(Step::WallJump),
+        1 => (0..3usize, any::<bool>()).prop_map(|(held_elsewhere, surplus)| {
+            // Surplus only beside a Lease it keeps, as the sidecar says.
+            Step::Spread(Spread { held_elsewhere, surplus: surplus && held_elsewhere > 0 })
+        }),
     ]
 }
 
@@ -450,6 +457,10 @@ struct Candidate {
     /// When acquisitions were asked for.
     acquisitions: Vec<Instant>,
     terms: Vec<Trusted>,
+    /// The last [`Input::Spread`].
+    spread: Spread,
+    /// Its last term ended in a rebalance that the spread justified.
+    rebalanced: bool,
 }
 
 /// Candidates, the server, and real time.
@@ -483,6 +494,8 @@ impl World {
                 unhealthy: false,
                 acquisitions: Vec::new(),
                 terms: Vec::new(),
+                spread: Spread::default(),
+                rebalanced: false,
             })
             .collect();
         Self {
@@ -525,10 +538,12 @@ impl World {
         match &input {
             Input::Shutdown | Input::Release { .. } => candidate.shut_down = true,
             Input::CollectorHealth(healthy) => candidate.unhealthy = !healthy,
+            Input::Spread(spread) => candidate.spread = *spread,
             _ => {}
         }
         let now = self.now(who);
         let actions = self.candidates[who].election.handle(input, now);
+        self.check_rebalance(who, now)?;
         self.check(who, actions, now)?;
         self.check_trust(who, now)
     }
@@ -630,6 +645,7 @@ impl World {
                 self.candidates[who].wall_offset += secs * SECOND;
                 Ok(())
             }
+            Step::Spread(spread) => self.feed(who, Input::Spread(*spread)),
         }
     }
 
@@ -656,6 +672,33 @@ impl World {
             _ => Input::Written(served.map(|lease| lease.expect("a write answers a Lease"))),
         };
         self.feed(who, input)
+    }
+
+    /// A term ends in a rebalance only for a surplus Lease that names
+    /// another successor (judged at the input that ended it, which may be
+    /// the one that started it), and only then may a release follow unasked.
+    fn check_rebalance(&mut self, who: usize, now: Now) -> TestCaseResult {
+        let candidate = &mut self.candidates[who];
+        let election = &candidate.election;
+        if election.is_leading() {
+            candidate.rebalanced = false;
+        } else if !candidate.rebalanced
+            && election.snapshot(now.instant).last_stop == Some(StopReason::Rebalance)
+        {
+            let me = election.settings().identity.as_str();
+            let named = election
+                .view
+                .as_ref()
+                .and_then(|v| v.lease.as_ref())
+                .and_then(successor_of);
+            prop_assert!(
+                candidate.spread.surplus && named.as_deref().is_some_and(|s| s != me),
+                "a rebalance of a kept Lease, or towards nobody: {:?}, successor {named:?}",
+                candidate.spread
+            );
+            candidate.rebalanced = true;
+        }
+        Ok(())
     }
 
     /// The properties of one machine that hold after every input.
@@ -717,6 +760,7 @@ impl World {
                     Purpose::Release => prop_assert!(
                         candidate.shut_down
                             || candidate.unhealthy
+                            || candidate.rebalanced
                             || handover_asked(&candidate.election, &seen_lease),
                         "a release while contending, and no hand-over asked for"
                     ),
@@ -866,9 +910,10 @@ impl World {
 
     /// The faults heal for `who`: from now on every request is answered at
     /// once and truthfully, the watch delivers every change, the collector
-    /// is healthy and nobody else writes.
+    /// is healthy, nobody else writes and the process holds no other Lease.
     fn heal(&mut self, who: usize) -> TestCaseResult {
         self.candidates[who].orphans.clear();
+        self.feed(who, Input::Spread(Spread::default()))?;
         if self.candidates[who].unhealthy {
             self.feed(who, Input::CollectorHealth(true))?;
         }

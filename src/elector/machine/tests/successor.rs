@@ -4,14 +4,14 @@
 use super::*;
 
 /// `h` with claims spread over [retry, `window_secs`].
-fn with_window(mut h: Harness, window_secs: u64) -> Harness {
+pub(super) fn with_window(mut h: Harness, window_secs: u64) -> Harness {
     h.election
         .set_successor_claim_window(Duration::from_secs(window_secs));
     h
 }
 
 /// Someone else edits the object on the server (annotations, spec).
-fn edit(h: &mut Harness, f: impl FnOnce(&mut DynamicObject)) -> Lease {
+pub(super) fn edit(h: &mut Harness, f: impl FnOnce(&mut DynamicObject)) -> Lease {
     let mut object = h.server.clone().expect("a lease").object().clone();
     f(&mut object);
     h.rv += 1;
@@ -21,7 +21,7 @@ fn edit(h: &mut Harness, f: impl FnOnce(&mut DynamicObject)) -> Lease {
     lease
 }
 
-fn annotation_of<'a>(object: &'a DynamicObject, key: &str) -> Option<&'a str> {
+pub(super) fn annotation_of<'a>(object: &'a DynamicObject, key: &str) -> Option<&'a str> {
     object
         .metadata
         .annotations
@@ -30,21 +30,44 @@ fn annotation_of<'a>(object: &'a DynamicObject, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-fn write_of(action: &Action) -> &Write {
+pub(super) fn write_of(action: &Action) -> &Write {
     match action {
         Action::Write(write) => write,
         other => panic!("expected a write, got {other:?}"),
     }
 }
 
-fn object_of(write: &Write) -> &DynamicObject {
+pub(super) fn object_of(write: &Write) -> &DynamicObject {
     match &write.op {
         WriteOp::Create(o) | WriteOp::Replace(o) => o,
     }
 }
 
+/// `actions` is one marked release of `term` that names `successor` and
+/// answers any hand-over request.
+pub(super) fn the_release_naming<'a>(
+    actions: &'a [Action],
+    term: &TermId,
+    successor: &str,
+) -> &'a Action {
+    let [release] = actions else {
+        panic!("one release: {actions:?}")
+    };
+    let write = write_of(release);
+    assert_eq!(write.purpose, Purpose::Release);
+    let object = object_of(write);
+    assert_eq!(object.data["spec"].get("holderIdentity"), None);
+    assert_eq!(
+        annotation_of(object, RELEASED_TERM_ANNOTATION),
+        Some(term.as_str())
+    );
+    assert_eq!(annotation_of(object, SUCCESSOR_ANNOTATION), Some(successor));
+    assert_eq!(annotation_of(object, HANDOVER_ANNOTATION), None);
+    release
+}
+
 /// A record held by `a` and released by it, naming `successor`.
-fn released_naming(h: &mut Harness, successor: Option<&str>) -> Lease {
+pub(super) fn released_naming(h: &mut Harness, successor: Option<&str>) -> Lease {
     let held = h.server_sets(LeaseBuilder::held_by("a").transitions(2));
     h.feed(Input::Observed(Some(held.clone())), 0.0);
     let mut builder = LeaseBuilder::unheld()
@@ -228,19 +251,7 @@ fn a_hand_over_request_closes_the_gates_then_releases_naming_the_target() {
         h.snapshot(t + 1.0).last_stop,
         Some(StopReason::HandoverRequested)
     );
-    let [release] = &actions[..] else {
-        panic!("one release: {actions:?}")
-    };
-    let write = write_of(release);
-    assert_eq!(write.purpose, Purpose::Release);
-    let object = object_of(write);
-    assert_eq!(object.data["spec"].get("holderIdentity"), None);
-    assert_eq!(
-        annotation_of(object, RELEASED_TERM_ANNOTATION),
-        Some(term.as_str())
-    );
-    assert_eq!(annotation_of(object, SUCCESSOR_ANNOTATION), Some("c"));
-    assert_eq!(annotation_of(object, HANDOVER_ANNOTATION), None);
+    let release = the_release_naming(&actions, &term, "c");
     let stored = h.accept(release);
     h.feed(Input::Written(Ok(stored)), t + 1.1);
     // Still a candidate (G1), but not the successor: the fallback.
@@ -399,6 +410,7 @@ fn fallback_crowd(
                 &settings,
                 &mut fastrand::Rng::with_seed(seed),
                 view,
+                0,
             )
         })
         .collect();
@@ -484,7 +496,7 @@ fn hand_over_among(
         .map(|i| {
             let mut rng = fastrand::Rng::with_seed(trial * n + i);
             ms(&mut latency, 10.0, 50.0)
-                + super::super::successor::acquisition_delay(settings, &mut rng, view)
+                + super::super::successor::acquisition_delay(settings, &mut rng, view, 0)
         })
         .collect();
     let (winner, won_at) = sent
