@@ -105,7 +105,7 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
     if let Err(error) = process_tree::become_subreaper() {
         log(&format!("cannot become a child subreaper: {error}"));
     }
-    let mut feed = Feed::registered(options.url.clone(), "exec");
+    let mut feed = Feed::registered(options.url.clone(), "exec", true);
     let mut running: Option<Running> = None;
     // A term whose tree is gone, to acknowledge once the sidecar says it
     // stopped (only a stop it ran out of here may come back).

@@ -135,6 +135,9 @@ pub struct Feed {
     /// Registered as a gate under this id (`/events?gate=ID`): the sidecar
     /// counts it for every term until it acknowledges the term's end.
     gate: Option<String>,
+    /// Registered as a gate that never acknowledges: every release of a
+    /// term it was open for waits the whole gate lag.
+    silent: bool,
     /// The last term the sidecar itself said had stopped.
     stopped: Option<String>,
 }
@@ -161,15 +164,19 @@ impl Feed {
             failures: 0,
             down_reported: false,
             gate: None,
+            silent: false,
             stopped: None,
         }
     }
 
     /// A feed that registers as a gate (`kind` names it in the sidecar's
     /// logs): the sidecar's graceful release waits for this gate's
-    /// [`Feed::acknowledgement`] of each term it was open for, up to its gate lag.
-    pub fn registered(url: GateUrl, kind: &str) -> Self {
+    /// [`Feed::acknowledgement`] of each term it was open for, up to its
+    /// gate lag — or, if it cannot tell when its collector stopped
+    /// (`acknowledges` false), always the whole gate lag.
+    pub fn registered(url: GateUrl, kind: &str, acknowledges: bool) -> Self {
         let mut feed = Self::new(url);
+        feed.silent = !acknowledges;
         feed.gate = Some(format!(
             "{kind}-{}-{:08x}",
             std::process::id(),
@@ -194,7 +201,7 @@ impl Feed {
         &self,
         term: String,
     ) -> impl Future<Output = Result<String, String>> + Send + 'static {
-        let request = self.gate.as_ref().map(|gate| {
+        let request = self.gate.as_ref().filter(|_| !self.silent).map(|gate| {
             let endpoint = format!("/gates/{gate}/closed?term={}", query_escape(&term));
             (self.url.clone(), endpoint)
         });
@@ -288,6 +295,7 @@ impl Feed {
             headers.push(("last-event-id", id));
         }
         let endpoint = match &self.gate {
+            Some(gate) if self.silent => format!("/events?gate={gate}&acknowledges=false"),
             Some(gate) => format!("/events?gate={gate}"),
             None => "/events".to_owned(),
         };

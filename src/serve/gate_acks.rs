@@ -2,14 +2,18 @@
 //! one of them has said it is closed.
 //!
 //! A gate registers by subscribing to `/events?gate=ID` (`exec` does, and
-//! `file-gate` with a reload URL). Every gate connected
+//! `file-gate`). Every gate connected
 //! when a term starts, or that registers while it runs, is *registered for
 //! that term* and stays so — through disconnects, and if it dies — until it
 //! acknowledges the term with `POST /gates/ID/closed?term=TERM`: "nothing of
 //! this term runs here, and nothing will again". A graceful release waits
 //! for [`GateAcks::all_closed`] or the gate lag, whichever comes first; with
 //! no gate registered for the term it waits the whole gate lag (a poller of
-//! `/leader` cannot say when it stopped).
+//! `/leader` cannot say when it stopped). A gate that knows it can never
+//! say (`&acknowledges=false`: `file-gate` without a reload URL, the
+//! routing slice, whose update kube-proxy applies later) registers all the
+//! same, so that every release waits the whole gate lag while it is there,
+//! however soon the others acknowledge.
 //!
 //! Safety rests on one order: the publisher changes the published state
 //! *before* it tells this registry ([`GateAcks::term_changed`]), and a
@@ -42,6 +46,9 @@ struct Inner {
     /// Gates with an open subscription, by id: how many (a reconnect may
     /// overlap the old stream's end).
     connected: HashMap<Arc<str>, usize>,
+    /// Of those, the ones that never acknowledge: each holds every release
+    /// of a term it was registered for to the whole gate lag.
+    silent: HashSet<Arc<str>>,
     /// The current term, or the last one.
     term: Option<TermGates>,
 }
@@ -53,20 +60,25 @@ struct TermGates {
     open: HashSet<Arc<str>>,
     /// Registered for this term and acknowledged.
     closed: HashSet<Arc<str>>,
+    /// Registered for this term as gates that never acknowledge.
+    silent: HashSet<Arc<str>>,
 }
 
 impl Inner {
     /// Gates connected or still owing the current term's acknowledgement,
     /// each counted once.
     fn distinct_gates(&self) -> usize {
-        let owing = self.term.iter().flat_map(|t| &t.open);
+        let owing = self
+            .term
+            .iter()
+            .flat_map(|t| t.open.iter().chain(&t.silent));
         self.connected.len() + owing.filter(|id| !self.connected.contains_key(*id)).count()
     }
 }
 
 impl TermGates {
     fn knows(&self, gate: &str) -> bool {
-        self.open.contains(gate) || self.closed.contains(gate)
+        self.open.contains(gate) || self.closed.contains(gate) || self.silent.contains(gate)
     }
 }
 
@@ -104,6 +116,7 @@ impl Drop for Registration {
             *count -= 1;
             if *count == 0 {
                 inner.connected.remove(&self.gate);
+                inner.silent.remove(&self.gate);
             }
         }
     }
@@ -122,7 +135,12 @@ impl GateAcks {
 
     /// Registers gate `id` for as long as the returned value lives, and for
     /// the current term if one is leading.
-    pub fn register(self: &Arc<Self>, id: &str) -> Result<Registration, RegisterError> {
+    /// A `silent` gate never acknowledges (see the module docs).
+    pub fn register(
+        self: &Arc<Self>,
+        id: &str,
+        silent: bool,
+    ) -> Result<Registration, RegisterError> {
         if !valid_id(id) {
             return Err(RegisterError::InvalidId);
         }
@@ -134,10 +152,18 @@ impl GateAcks {
         }
         let gate: Arc<str> = id.into();
         *inner.connected.entry(gate.clone()).or_default() += 1;
-        if let Some(term) = inner.term.as_mut().filter(|t| t.leading)
-            && !term.closed.contains(id)
-        {
-            term.open.insert(gate.clone());
+        if silent {
+            inner.silent.insert(gate.clone());
+        }
+        if let Some(term) = inner.term.as_mut().filter(|t| t.leading) {
+            // Also one that acknowledged this term before: a restarted
+            // gate under the same id may open for it again.
+            term.closed.remove(id);
+            if silent {
+                term.silent.insert(gate.clone());
+            } else {
+                term.open.insert(gate.clone());
+            }
         }
         Ok(Registration {
             acks: self.clone(),
@@ -153,12 +179,17 @@ impl GateAcks {
         let new_term = leading
             && current.is_none_or(|gates| !gates.leading || Some(gates.term.as_str()) != term);
         if new_term {
-            let open = inner.connected.keys().cloned().collect();
+            let (silent, open) = inner
+                .connected
+                .keys()
+                .cloned()
+                .partition(|id| inner.silent.contains(id));
             inner.term = Some(TermGates {
                 term: term.unwrap_or_default().to_owned(),
                 leading: true,
                 open,
                 closed: HashSet::new(),
+                silent,
             });
         } else if !leading && let Some(gates) = inner.term.as_mut().filter(|g| g.leading) {
             gates.leading = false;
@@ -192,10 +223,9 @@ impl GateAcks {
     /// every one has acknowledged: there is nothing left to wait for.
     pub fn closed_now(&self) -> bool {
         let inner = self.inner.lock().expect("gate acks lock");
-        inner
-            .term
-            .as_ref()
-            .is_some_and(|g| !g.leading && g.open.is_empty() && !g.closed.is_empty())
+        inner.term.as_ref().is_some_and(|g| {
+            !g.leading && g.open.is_empty() && g.silent.is_empty() && !g.closed.is_empty()
+        })
     }
 
     /// Resolves once [`Self::closed_now`] holds (never, if it never does).
@@ -309,9 +339,9 @@ mod tests {
     #[test]
     fn every_gate_registered_for_a_term_must_acknowledge_it_even_after_it_disconnected() {
         let acks = GateAcks::new(8);
-        let exec = acks.register("exec-1").unwrap();
+        let exec = acks.register("exec-1", false).unwrap();
         acks.term_changed(Some("u/1"), true);
-        let late = acks.register("file-gate-2").unwrap();
+        let late = acks.register("file-gate-2", false).unwrap();
         drop(late); // it dies without a word: still owed
         acks.term_changed(Some("u/1"), false);
         assert!(!acks.closed_now());
@@ -341,7 +371,7 @@ mod tests {
     #[test]
     fn an_acknowledgement_counts_only_for_its_own_term() {
         let acks = GateAcks::new(8);
-        let _exec = acks.register("exec-1").unwrap();
+        let _exec = acks.register("exec-1", false).unwrap();
         acks.term_changed(Some("u/1"), true);
         acks.term_changed(Some("u/1"), false);
         assert_eq!(acks.acknowledge("exec-1", "u/0"), Ack::OtherTerm);
@@ -356,26 +386,50 @@ mod tests {
     }
 
     #[test]
-    fn a_gate_that_acknowledged_while_leading_is_not_counted_again_on_reconnect() {
+    fn a_gate_that_acknowledged_and_registers_again_in_the_term_owes_it_again() {
         let acks = GateAcks::new(8);
-        let exec = acks.register("exec-1").unwrap();
+        let gate = acks.register("my-collector", false).unwrap();
         acks.term_changed(Some("u/1"), true);
-        // exec exits for good while the term runs: its last word.
-        assert_eq!(acks.acknowledge("exec-1", "u/1"), Ack::Counted);
-        drop(exec);
-        let again = acks.register("exec-1").unwrap();
+        // It exits while the term runs, with its last word ...
+        assert_eq!(acks.acknowledge("my-collector", "u/1"), Ack::Counted);
+        drop(gate);
+        // ... and is restarted under the same id: it may open again.
+        let _again = acks.register("my-collector", false).unwrap();
         acks.term_changed(Some("u/1"), false);
+        assert!(!acks.closed_now());
+        assert_eq!(acks.still_open(), ["my-collector"]);
+        assert_eq!(acks.acknowledge("my-collector", "u/1"), Ack::Counted);
         assert!(acks.closed_now());
-        drop(again);
+    }
+
+    #[test]
+    fn a_silent_gate_holds_every_release_of_its_terms_to_the_gate_lag() {
+        let acks = GateAcks::new(8);
+        let _route = acks.register("routing", true).unwrap();
+        let _exec = acks.register("exec-1", false).unwrap();
+        acks.term_changed(Some("u/1"), true);
+        acks.term_changed(Some("u/1"), false);
+        assert_eq!(acks.acknowledge("exec-1", "u/1"), Ack::Counted);
+        assert!(!acks.closed_now(), "the silent gate still counts");
+        assert_eq!(acks.acknowledge("routing", "u/1"), Ack::UnknownGate);
+        assert!(acks.still_open().is_empty(), "and is not reported as late");
+        // Registered only after a term started: counted from the next one.
+        let acks = GateAcks::new(8);
+        let _exec = acks.register("exec-1", false).unwrap();
+        acks.term_changed(Some("u/1"), true);
+        let _late = acks.register("file-gate-1", true).unwrap();
+        acks.term_changed(Some("u/1"), false);
+        assert_eq!(acks.acknowledge("exec-1", "u/1"), Ack::Counted);
+        assert!(!acks.closed_now());
     }
 
     #[test]
     fn a_gate_registered_after_the_step_down_is_not_waited_for() {
         let acks = GateAcks::new(8);
-        let _exec = acks.register("exec-1").unwrap();
+        let _exec = acks.register("exec-1", false).unwrap();
         acks.term_changed(Some("u/1"), true);
         acks.term_changed(Some("u/1"), false);
-        let _late = acks.register("late").unwrap();
+        let _late = acks.register("late", false).unwrap();
         assert_eq!(acks.acknowledge("exec-1", "u/1"), Ack::Counted);
         assert!(acks.closed_now());
     }
@@ -400,35 +454,39 @@ mod tests {
         let acks = GateAcks::new(2);
         for bad in ["", "a/b", "a b", &"x".repeat(65), "é"] {
             assert_eq!(
-                acks.register(bad).err(),
+                acks.register(bad, false).err(),
                 Some(RegisterError::InvalidId),
                 "{bad:?}"
             );
         }
-        let _a = acks.register("a").unwrap();
-        let _b = acks.register("b").unwrap();
-        assert_eq!(acks.register("c").err(), Some(RegisterError::Full));
-        let _b_again = acks.register("b").expect("a known gate reconnects");
+        let _a = acks.register("a", false).unwrap();
+        let _b = acks.register("b", false).unwrap();
+        assert_eq!(acks.register("c", false).err(), Some(RegisterError::Full));
+        let _b_again = acks.register("b", false).expect("a known gate reconnects");
     }
 
     #[test]
     fn a_connected_gate_registered_for_the_term_counts_once_against_the_bound() {
         let acks = GateAcks::new(2);
         acks.term_changed(Some("t/1"), true);
-        let _a = acks.register("a").unwrap();
-        let b = acks.register("b").expect("two gates fit a bound of two");
-        assert_eq!(acks.register("c").err(), Some(RegisterError::Full));
+        let _a = acks.register("a", false).unwrap();
+        let b = acks
+            .register("b", false)
+            .expect("two gates fit a bound of two");
+        assert_eq!(acks.register("c", false).err(), Some(RegisterError::Full));
         // b's stream dropped: it still owes t/1, and still takes its place.
         drop(b);
-        assert_eq!(acks.register("c").err(), Some(RegisterError::Full));
+        assert_eq!(acks.register("c", false).err(), Some(RegisterError::Full));
         assert_eq!(acks.acknowledge("b", "t/1"), Ack::Counted);
-        let _c = acks.register("c").expect("b no longer owes anything");
+        let _c = acks
+            .register("c", false)
+            .expect("b no longer owes anything");
     }
 
     #[tokio::test]
     async fn all_closed_resolves_on_the_last_acknowledgement() {
         let acks = GateAcks::new(8);
-        let _exec = acks.register("exec-1").unwrap();
+        let _exec = acks.register("exec-1", false).unwrap();
         acks.term_changed(Some("u/1"), true);
         acks.term_changed(Some("u/1"), false);
         let waiting = tokio::spawn(acks.clone().all_closed());

@@ -191,7 +191,7 @@ mod tests {
         use crate::serve::server::Peer;
         let app = app(leading(BootInstant::after(Duration::from_secs(10))));
         let acks = app.gate_acks.clone();
-        let _exec = acks.register("exec-1").unwrap();
+        let _exec = acks.register("exec-1", false).unwrap();
         acks.term_changed(Some("uid/1"), true);
         acks.term_changed(Some("uid/1"), false);
         let router = gate_router(app);

@@ -8,8 +8,10 @@
 //!   only while the term is current;
 //! - when it steps down of its own accord (shutdown, hand-over, unhealthy
 //!   collector), its entry is removed at once, within the gate lag that
-//!   comes before the release (it does not acknowledge the term: kube-proxy's
-//!   propagation after the write is what the gate lag covers);
+//!   comes before the release; it registers as a gate that never
+//!   acknowledges ([`crate::serve::gate_acks`], id `routing`): kube-proxy
+//!   applies the write later, on every node, and only the whole gate lag
+//!   covers that, however soon the other gates say they closed;
 //! - after it lost the Lease (renew deadline, 403, another holder, a
 //!   deleted Lease) it never writes again in that term: the next leader's
 //!   write replaces its entry.
@@ -23,6 +25,7 @@
 //! missing slice is logged once per episode, naming verb, resource and name.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -36,7 +39,11 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::elector::api_error::ApiError;
 use crate::elector::lease_client::KubeLeaseStore;
+use crate::serve::gate_acks::{GateAcks, Registration};
 use crate::serve::published::LeaderState;
+
+/// The id this task registers under as a gate.
+pub const GATE_ID: &str = "routing";
 
 /// Each request is bounded by this.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
@@ -115,10 +122,16 @@ pub fn spawn(
     state: watch::Receiver<LeaderState>,
     retry_period: Duration,
     lease_duration: Duration,
+    gate_acks: &Arc<GateAcks>,
 ) -> JoinHandle<()> {
-    // Not a registered gate: a successful write says nothing of when
-    // kube-proxy stops sending traffic here, which only the gate lag covers.
+    // Registered before the election starts, so counted for every term;
+    // silent: a stored write says nothing of when kube-proxy stops sending
+    // traffic here.
+    let registration = gate_acks
+        .register(GATE_ID, true)
+        .expect("the first gate fits");
     let router = Router {
+        _gate: registration,
         store,
         name: options.slice_name(),
         namespace,
@@ -144,6 +157,8 @@ struct Router {
     recheck: Duration,
     /// The failure of the current episode, already logged.
     reported: Option<&'static str>,
+    /// Holds every graceful release to the whole gate lag.
+    _gate: Registration,
 }
 
 /// Why a write did not happen.

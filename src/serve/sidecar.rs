@@ -149,6 +149,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
             state.clone(),
             config.retry_period,
             config.lease_duration,
+            &gate_acks,
         )
     });
     let heartbeat = Heartbeat::new();

@@ -63,9 +63,20 @@ pub async fn events(
     };
     // A gate registers before it reads anything: if it is too late to be
     // counted for a term, what it reads says that term is over.
+    let silent = match query_param(uri.query(), "acknowledges").as_deref() {
+        None | Some("true") => false,
+        Some("false") => true,
+        Some(_) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "acknowledges must be true or false\n",
+            )
+                .into_response();
+        }
+    };
     let registration = match query_param(uri.query(), "gate") {
         None => None,
-        Some(id) => match app.gate_acks.register(&id) {
+        Some(id) => match app.gate_acks.register(&id, silent) {
             Ok(registration) => Some(registration),
             Err(error @ RegisterError::InvalidId) => {
                 return (StatusCode::BAD_REQUEST, format!("{error}\n")).into_response();

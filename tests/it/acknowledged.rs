@@ -20,7 +20,6 @@ use support::fake_apiserver::{FakeApiServer, Verb};
 use support::file_gate::{FileGate, Reloads};
 use support::gate_clients::{COLLECTOR, ChildLog, Entry, GateClient, spawn_exec, wall_now};
 use support::sidecar::{Sidecar, Timing, test_dir};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LEASE: &str = "cluster-metrics";
 const SECOND: Duration = Duration::from_secs(1);
@@ -222,23 +221,6 @@ async fn an_exec_killed_without_acknowledging_holds_the_release_for_the_whole_ga
     );
 }
 
-/// `POST /gates/GATE/closed?term=TERM` on the gate listener: the status.
-async fn acknowledge(sidecar: &Sidecar, gate: &str, term: &str) -> u16 {
-    let mut stream = tokio::net::TcpStream::connect(sidecar.gate).await.unwrap();
-    let request = format!(
-        "POST /gates/{gate}/closed?term={} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-        term.replace('/', "%2F")
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("an HTTP answer: {answer:?}"))
-}
-
 /// A pod with a `file-gate` and a subscriber (registered as gate `sub`
 /// when `registered`), both subscribed while the first term runs. Returns
 /// the pods, the leader, its file gate and DST, the subscriber and the
@@ -289,7 +271,9 @@ async fn file_gate_pods(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_release_waits_for_the_last_registered_gate_a_subscriber_that_acknowledges_late() {
-    let (pods, l, _gate, dst, mut sub, _) = file_gate_pods("ack-subscriber-late", true, None).await;
+    // The file gate reloads at once: only the subscriber is late.
+    let (pods, l, _gate, dst, mut sub, _) =
+        file_gate_pods("ack-subscriber-late", true, Some(Duration::ZERO)).await;
     let signalled = Instant::now();
     pods.sidecars[l].signal(libc::SIGTERM);
     let stop = sub
@@ -301,10 +285,10 @@ async fn the_release_waits_for_the_last_registered_gate_a_subscriber_that_acknow
     tokio::time::sleep(SECOND).await;
     assert!(!dst.exists(), "the file gate removed its copy at once");
     assert_eq!(
-        acknowledge(&pods.sidecars[l], "sub", "another/term").await,
+        pods.sidecars[l].acknowledge("sub", "another/term").await,
         409
     );
-    assert_eq!(acknowledge(&pods.sidecars[l], "stranger", &term).await, 404);
+    assert_eq!(pods.sidecars[l].acknowledge("stranger", &term).await, 404);
     let acknowledged = Instant::now();
     let early = pods
         .api
@@ -312,7 +296,7 @@ async fn the_release_waits_for_the_last_registered_gate_a_subscriber_that_acknow
         .into_iter()
         .any(|r| r.holder.is_none());
     assert!(!early, "no release before the subscriber's acknowledgement");
-    assert_eq!(acknowledge(&pods.sidecars[l], "sub", &term).await, 204);
+    assert_eq!(pods.sidecars[l].acknowledge("sub", &term).await, 204);
     let released = pods.release_of(NAMES[l]).await;
     assert!(
         released >= acknowledged,
@@ -362,14 +346,21 @@ async fn file_gate_acknowledges_once_its_copy_is_gone_and_the_reload_answered() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_file_gate_without_a_reload_url_leaves_the_release_to_the_gate_lag() {
+async fn a_file_gate_without_a_reload_url_holds_the_release_to_the_gate_lag() {
     // Without --reload-url the collector finds the removal at its own reload
-    // period: the file gate cannot tell when it stopped, so it does not
-    // register, and the release waits the whole gate lag.
-    let (pods, l, gate, dst, _sub, _) =
-        file_gate_pods("ack-file-gate-no-reload", false, None).await;
+    // period: the file gate cannot tell when it stopped, so the release
+    // waits the whole gate lag, although the other gate (a subscriber)
+    // acknowledges at once.
+    let (pods, l, gate, dst, mut sub, _) =
+        file_gate_pods("ack-file-gate-no-reload", true, None).await;
     let signalled = Instant::now();
     pods.sidecars[l].signal(libc::SIGTERM);
+    let stop = sub
+        .next_of("stopped-leading", SECOND * 5)
+        .await
+        .expect("the subscriber hears the stop");
+    let term = stop.term().expect("the stop names its term").to_owned();
+    assert_eq!(pods.sidecars[l].acknowledge("sub", &term).await, 204);
     let released = pods.release_of(NAMES[l]).await;
     assert!(!dst.exists(), "the copy was removed: {}", gate.log());
     assert!(

@@ -2198,6 +2198,8 @@ fn event_body(name: &str, namespace: &str) -> Value {
 #[tokio::test]
 async fn events_are_created_stored_validated_and_authorized() {
     let api = FakeApiServer::start(NS, LEASE).await;
+    // The shipped Role grants Events only for --record-events: add the rule.
+    api.set_role(Role::from_repository_manifest(LEASE).with_events());
     let token = api.token(CLIENT);
     let user = format!("system:serviceaccount:{NS}:{CLIENT}");
     let events_path = format!("/api/v1/namespaces/{NS}/events");
@@ -2306,6 +2308,7 @@ async fn events_are_created_stored_validated_and_authorized() {
 async fn kube_client_creates_events() {
     use k8s_openapi::api::core::v1::Event;
     let api = FakeApiServer::start(NS, LEASE).await;
+    api.set_role(Role::from_repository_manifest(LEASE).with_events());
     let client = kube_client(&api, CLIENT).await;
     let events: Api<Event> = Api::namespaced(client, NS);
     let event: Event = serde_json::from_value(event_body("demo.5", NS)).expect("an Event");

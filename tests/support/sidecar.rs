@@ -75,6 +75,23 @@ pub struct Sidecar {
 }
 
 impl Sidecar {
+    /// `POST /gates/GATE/closed?term=TERM` on the gate listener: the status.
+    pub async fn acknowledge(&self, gate: &str, term: &str) -> u16 {
+        let mut stream = TcpStream::connect(self.gate).await.unwrap();
+        let request = format!(
+            "POST /gates/{gate}/closed?term={} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            term.replace('/', "%2F")
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("an HTTP answer: {answer:?}"))
+    }
+
     /// Starts `leader-gate serve` as candidate `name` against `api`.
     pub fn spawn(api: &FakeApiServer, dir: &Path, name: &str, timing: Timing) -> Sidecar {
         Self::spawn_with(api, dir, name, timing, &[])

@@ -22,11 +22,13 @@
 //! Vector); it is sent from a task of its own, so a collector slow to answer
 //! never delays a removal.
 //!
-//! `file-gate` is a registered gate ([`Feed::registered`]): once every copy
-//! of a term is removed, the reload after it answered, and the sidecar said
-//! the term stopped — or on SIGTERM, once the same is done — it
-//! acknowledges the term, so the sidecar's graceful release need not wait
-//! out its gate lag.
+//! `file-gate` is a registered gate ([`Feed::registered`]). With a reload
+//! URL, once every copy of a term is removed, the reload after it answered,
+//! and the sidecar said the term stopped — or on SIGTERM, once the same is
+//! done — it acknowledges the term, so the sidecar's graceful release need
+//! not wait out its gate lag. Without one it never acknowledges: the
+//! collector finds a removal at its own reload period, which only the whole
+//! gate lag covers.
 //!
 //! [`feed`]: crate::client::feed
 
@@ -132,12 +134,10 @@ pub async fn run(options: FileGateOptions) {
     let guard = guard(&gate.options.mappings);
     // Only with --reload-url can it tell when the collector was told of a
     // removal; without it the collector finds out at its own reload period,
-    // which only the gate lag covers: then it does not register.
-    let mut feed = if gate.options.reload.is_some() {
-        Feed::registered(gate.options.url.clone(), "file-gate")
-    } else {
-        Feed::new(gate.options.url.clone())
-    };
+    // which only the gate lag covers: it registers as a gate that never
+    // acknowledges, so no other gate's word shortens that.
+    let acknowledges = gate.options.reload.is_some();
+    let mut feed = Feed::registered(gate.options.url.clone(), "file-gate", acknowledges);
     // The term the copies were last written for, until its end is
     // acknowledged: once they are removed, the collector told (its reload
     // answered), and the sidecar said the term stopped.

@@ -508,7 +508,7 @@ async fn a_hung_request_during_shutdown_is_bounded_by_the_shutdown_timeout() {
 async fn release_with_one_gate(gate: impl AsyncFnOnce(Arc<GateAcks>, String)) -> Duration {
     let memory = Memory::new();
     let gate_acks = GateAcks::new(8);
-    let registration = gate_acks.register("exec-1").unwrap();
+    let registration = gate_acks.register("exec-1", false).unwrap();
     let mut leader = Candidate::start_acked(
         memory.client("a"),
         Duration::from_secs(3),

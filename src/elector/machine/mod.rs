@@ -471,6 +471,11 @@ impl Election {
 
     fn step_down(&mut self, reason: StopReason) {
         if self.is_leading() {
+            // The term is over here: no later sight of its acquisition
+            // starts it again (its gates may have said it ended).
+            for write in &mut self.own_writes {
+                write.overtaken = true;
+            }
             self.role = Role::Following;
             self.last_stop = Some(reason);
             self.conflict_at = None;

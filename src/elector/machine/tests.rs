@@ -1361,6 +1361,39 @@ fn an_unhealthy_collector_ends_the_term_at_once_with_a_marked_release() {
 }
 
 #[test]
+fn a_term_that_stepped_down_never_starts_again_from_its_acquisition() {
+    // The collector fails before the first renew, and passes again while
+    // the release still waits for the gates: the record still shows our
+    // acquisition, within its renew deadline. Leading that term again would
+    // reopen gates that already said it ended, while the release is due.
+    let mut h = Harness::new("me");
+    h.feed(Input::CollectorHealth(true), 0.0);
+    let t = h.lead();
+    let acquired = h.server.clone();
+    h.feed(Input::CollectorHealth(false), t + 0.5);
+    assert!(!h.election.is_leading());
+    h.feed(Input::CollectorHealth(true), t + 1.0);
+    // A read after a broken watch shows a released record (a restore to an
+    // older version, say), then the watch shows our acquisition again.
+    let released_term = LeaseBuilder::held_by("a").transitions(1).build().term_id();
+    let released = LeaseBuilder::unheld()
+        .transitions(1)
+        .annotation(RELEASED_TERM_ANNOTATION, released_term.as_str())
+        .rv(5)
+        .build();
+    assert!(released.is_marked_released());
+    h.feed(Input::WatchInterrupted, t + 1.1);
+    h.feed(Input::Observed(Some(released)), t + 1.1);
+    h.feed(Input::WatchInterrupted, t + 1.2);
+    h.feed(Input::Observed(acquired), t + 1.2);
+    assert!(
+        !h.election.is_leading(),
+        "the ended term led again: {:?}",
+        h.snapshot(t + 1.2)
+    );
+}
+
+#[test]
 fn an_unhealthy_leader_releases_only_once_its_request_in_flight_answered() {
     let mut h = Harness::new("me");
     let t = h.lead();

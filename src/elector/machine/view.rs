@@ -72,7 +72,8 @@ pub(super) struct OwnWrite {
     /// Someone else held the Lease in a record seen after this was sent. A
     /// PUT cannot land after that (its resourceVersion is gone), but a
     /// create can, once that record is deleted — a deletion its holder may
-    /// not have seen yet: such a landing starts no term (G7).
+    /// not have seen yet: such a landing starts no term (G7). Also set
+    /// when the term it started stepped down: a term never starts twice.
     pub(super) overtaken: bool,
     /// We saw this write stored with our writer mark: a record showing it
     /// with the mark stripped (by a tool that rewrites annotations) is still
