@@ -14,6 +14,7 @@ use crate::elector::lease::fixtures::{LeaseBuilder, stored};
 
 mod properties;
 mod spread;
+mod spread_group;
 mod successor;
 
 const SECOND: i64 = 1_000_000;
