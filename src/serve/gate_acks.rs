@@ -23,6 +23,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::{Extension, Path, State};
 use axum::http::{StatusCode, Uri};
@@ -39,6 +40,15 @@ pub struct GateAcks {
     changed: watch::Sender<u64>,
     /// Distinct gates (connected or still owing an acknowledgement) at most.
     capacity: usize,
+    /// `serve --gate-acks=false`: every release waits the gate lag, and an
+    /// acknowledgement changes nothing (it is answered as counted, so that
+    /// gates do not report a failure).
+    ignored: bool,
+    /// When the registry is full, gates gone (disconnected) for this long
+    /// are no longer waited for: a gate cut off from its sidecar for a
+    /// renew deadline has closed on its own (its leadership ran out), and
+    /// one that died took its work with it.
+    forget_after: Duration,
 }
 
 #[derive(Default)]
@@ -49,6 +59,8 @@ struct Inner {
     /// Of those, the ones that never acknowledge: each holds every release
     /// of a term it was registered for to the whole gate lag.
     silent: HashSet<Arc<str>>,
+    /// Gates whose last stream ended, and when.
+    gone_since: HashMap<Arc<str>, std::time::Instant>,
     /// The current term, or the last one.
     term: Option<TermGates>,
 }
@@ -65,6 +77,28 @@ struct TermGates {
 }
 
 impl Inner {
+    /// Stops waiting for the gates gone for `after` or longer: their ids.
+    fn forget_gone(&mut self, after: Duration) -> Vec<String> {
+        let now = std::time::Instant::now();
+        let gone: Vec<Arc<str>> = self
+            .gone_since
+            .iter()
+            .filter(|(_, since)| now.saturating_duration_since(**since) >= after)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut forgotten = Vec::new();
+        for id in gone {
+            self.gone_since.remove(&id);
+            if let Some(term) = self.term.as_mut()
+                && (term.open.remove(&id) | term.silent.remove(&id))
+            {
+                forgotten.push(id.to_string());
+            }
+        }
+        forgotten.sort();
+        forgotten
+    }
+
     /// Gates connected or still owing the current term's acknowledgement,
     /// each counted once.
     fn distinct_gates(&self) -> usize {
@@ -117,6 +151,9 @@ impl Drop for Registration {
             if *count == 0 {
                 inner.connected.remove(&self.gate);
                 inner.silent.remove(&self.gate);
+                inner
+                    .gone_since
+                    .insert(self.gate.clone(), std::time::Instant::now());
             }
         }
     }
@@ -125,11 +162,25 @@ impl Drop for Registration {
 // === impl GateAcks ===
 
 impl GateAcks {
+    /// A registry of at most `capacity` gates that waits for every one.
     pub fn new(capacity: usize) -> Arc<Self> {
+        Self::for_sidecar(capacity, true, Duration::MAX)
+    }
+
+    /// The sidecar's registry: `acknowledgements` false ignores them
+    /// (`--gate-acks=false`); when full, gates gone for `forget_after` (the
+    /// renew deadline) make room.
+    pub fn for_sidecar(
+        capacity: usize,
+        acknowledgements: bool,
+        forget_after: Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
             inner: Mutex::default(),
             changed: watch::channel(0).0,
             capacity: capacity.max(1),
+            ignored: !acknowledgements,
+            forget_after,
         })
     }
 
@@ -148,8 +199,19 @@ impl GateAcks {
         let known = inner.connected.contains_key(id)
             || inner.term.as_ref().is_some_and(|term| term.knows(id));
         if !known && inner.distinct_gates() >= self.capacity {
-            return Err(RegisterError::Full);
+            let forgotten = inner.forget_gone(self.forget_after);
+            if !forgotten.is_empty() {
+                tracing::warn!(
+                    gates = ?forgotten,
+                    "too many gates registered: no longer waiting for these, gone for longer than the renew deadline"
+                );
+                self.changed.send_modify(|n| *n += 1);
+            }
+            if inner.distinct_gates() >= self.capacity {
+                return Err(RegisterError::Full);
+            }
         }
+        inner.gone_since.remove(id);
         let gate: Arc<str> = id.into();
         *inner.connected.entry(gate.clone()).or_default() += 1;
         if silent {
@@ -202,6 +264,9 @@ impl GateAcks {
 
     /// Gate `id` says nothing of `term` runs or will run for it.
     pub fn acknowledge(&self, id: &str, term: &str) -> Ack {
+        if self.ignored {
+            return Ack::Counted;
+        }
         let mut inner = self.inner.lock().expect("gate acks lock");
         let Some(gates) = inner.term.as_mut().filter(|g| g.term == term) else {
             return Ack::OtherTerm;
@@ -403,6 +468,14 @@ mod tests {
     }
 
     #[test]
+    fn with_acknowledgements_off_an_acknowledgement_is_answered_and_changes_nothing() {
+        let acks = GateAcks::for_sidecar(8, false, Duration::MAX);
+        let _exec = acks.register("exec-1", false).unwrap();
+        assert_eq!(acks.acknowledge("exec-1", "any/1"), Ack::Counted);
+        assert!(!acks.closed_now());
+    }
+
+    #[test]
     fn a_silent_gate_holds_every_release_of_its_terms_to_the_gate_lag() {
         let acks = GateAcks::new(8);
         let _route = acks.register("routing", true).unwrap();
@@ -463,6 +536,26 @@ mod tests {
         let _b = acks.register("b", false).unwrap();
         assert_eq!(acks.register("c", false).err(), Some(RegisterError::Full));
         let _b_again = acks.register("b", false).expect("a known gate reconnects");
+    }
+
+    #[test]
+    fn when_full_gates_gone_past_the_renew_deadline_make_room_and_are_not_waited_for() {
+        let acks = GateAcks::for_sidecar(2, true, Duration::from_millis(50));
+        acks.term_changed(Some("t/1"), true);
+        let live = acks.register("live", false).unwrap();
+        drop(acks.register("dead", false).unwrap());
+        // Gone, but not long enough: it may still be closing.
+        assert_eq!(acks.register("new", false).err(), Some(RegisterError::Full));
+        std::thread::sleep(Duration::from_millis(60));
+        let _new = acks
+            .register("new", false)
+            .expect("the dead gate made room");
+        acks.term_changed(Some("t/1"), false);
+        assert_eq!(acks.still_open(), ["live", "new"]);
+        drop(live);
+        assert_eq!(acks.acknowledge("live", "t/1"), Ack::Counted);
+        assert_eq!(acks.acknowledge("new", "t/1"), Ack::Counted);
+        assert!(acks.closed_now(), "the dead gate is not waited for");
     }
 
     #[test]

@@ -118,7 +118,11 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     let (mut publisher, state) = Publisher::new(events.clone(), metrics.clone());
     // Gates register here; with --gate-acks their acknowledgements may end
     // the gate lag before a release.
-    let gate_acks = GateAcks::new(config.max_subscribers);
+    let gate_acks = GateAcks::for_sidecar(
+        config.max_subscribers,
+        config.gate_acks,
+        config.renew_deadline,
+    );
     if config.gate_acks {
         publisher = publisher.with_gate_acks(gate_acks.clone());
     }
