@@ -59,7 +59,8 @@ struct Inner {
     /// Of those, the ones that never acknowledge: each holds every release
     /// of a term it was registered for to the whole gate lag.
     silent: HashSet<Arc<str>>,
-    /// Gates whose last stream ended, and when.
+    /// Gates whose last stream ended while they owed the current term, and
+    /// when (so at most the registry's capacity).
     gone_since: HashMap<Arc<str>, std::time::Instant>,
     /// The current term, or the last one.
     term: Option<TermGates>,
@@ -151,9 +152,15 @@ impl Drop for Registration {
             if *count == 0 {
                 inner.connected.remove(&self.gate);
                 inner.silent.remove(&self.gate);
-                inner
-                    .gone_since
-                    .insert(self.gate.clone(), std::time::Instant::now());
+                let owing = inner
+                    .term
+                    .as_ref()
+                    .is_some_and(|t| t.open.contains(&self.gate) || t.silent.contains(&self.gate));
+                if owing {
+                    inner
+                        .gone_since
+                        .insert(self.gate.clone(), std::time::Instant::now());
+                }
             }
         }
     }
@@ -253,6 +260,8 @@ impl GateAcks {
                 closed: HashSet::new(),
                 silent,
             });
+            // Only connected gates owe the new term.
+            inner.gone_since.clear();
         } else if !leading && let Some(gates) = inner.term.as_mut().filter(|g| g.leading) {
             gates.leading = false;
         } else {
@@ -278,7 +287,8 @@ impl GateAcks {
                 Ack::UnknownGate
             };
         };
-        gates.closed.insert(gate);
+        gates.closed.insert(gate.clone());
+        inner.gone_since.remove(&gate);
         drop(inner);
         self.changed.send_modify(|n| *n += 1);
         Ack::Counted
@@ -556,6 +566,27 @@ mod tests {
         assert_eq!(acks.acknowledge("live", "t/1"), Ack::Counted);
         assert_eq!(acks.acknowledge("new", "t/1"), Ack::Counted);
         assert!(acks.closed_now(), "the dead gate is not waited for");
+    }
+
+    #[test]
+    fn only_gates_that_owe_the_current_term_are_remembered_as_gone() {
+        let acks = GateAcks::new(8);
+        acks.term_changed(Some("t/1"), true);
+        drop(acks.register("owes", false).unwrap());
+        let acked = acks.register("acked", false).unwrap();
+        assert_eq!(acks.acknowledge("acked", "t/1"), Ack::Counted);
+        drop(acked);
+        acks.term_changed(Some("t/1"), false);
+        drop(acks.register("after", false).unwrap());
+        let gone = |acks: &GateAcks| {
+            let inner = acks.inner.lock().unwrap();
+            let mut ids: Vec<String> = inner.gone_since.keys().map(|id| id.to_string()).collect();
+            ids.sort();
+            ids
+        };
+        assert_eq!(gone(&acks), ["owes"]);
+        acks.term_changed(Some("t/2"), true);
+        assert!(gone(&acks).is_empty(), "nobody gone owes the new term");
     }
 
     #[test]
