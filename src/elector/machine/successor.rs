@@ -105,7 +105,7 @@ pub(super) struct Slot {
     /// The successor the last turn saw named (a change re-judges the
     /// acquisition attempt).
     named: Option<String>,
-    /// Our name was cleared once in this stopping episode.
+    /// Our name was cleared once in this episode of standing back.
     resigned: bool,
     /// Leading a surplus Lease: the successor it steps down for, until the
     /// record is no longer ours (see `spread`).
@@ -283,10 +283,11 @@ impl Election {
         self.successor.preferred_at_start = None;
         let me = self.settings.identity.as_str();
         // A pod that stops, or holds another Lease of its group, stands back.
-        let stopping = self.shutting_down || !self.collector_healthy() || self.holds_elsewhere();
+        let standing_back =
+            self.shutting_down || !self.collector_healthy() || self.holds_elsewhere();
         if named.as_deref() == Some(me) {
             self.successor.claim_at = None;
-            if stopping && !self.successor.resigned && !busy {
+            if standing_back && !self.successor.resigned && !busy {
                 // A successor that stands back gives up its slot, once.
                 self.successor.resigned = true;
                 actions.push(self.successor_write(&lease, None, now));
@@ -298,7 +299,7 @@ impl Election {
             .as_ref()
             .and_then(|view| view.live_holder(now.instant));
         let empty = named.is_none() || named == lease.record().holder;
-        let may_claim = !stopping && empty && holder.as_deref().is_some_and(|h| h != me);
+        let may_claim = !standing_back && empty && holder.as_deref().is_some_and(|h| h != me);
         if !may_claim {
             self.successor.claim_at = None;
             return;
