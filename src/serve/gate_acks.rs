@@ -339,7 +339,7 @@ pub async fn closed(
     peer: Option<Extension<Peer>>,
     uri: Uri,
 ) -> Response {
-    if !peer.is_some_and(|Extension(Peer(addr))| addr.ip().to_canonical().is_loopback()) {
+    if !from_this_pod(peer.as_ref()) {
         return (
             StatusCode::FORBIDDEN,
             "acknowledgements are taken from this pod only (a loopback address)\n",
@@ -365,6 +365,13 @@ pub async fn closed(
         )
             .into_response(),
     }
+}
+
+/// Whether a request came from this pod's own containers (a loopback
+/// address, also IPv4-mapped on a dual-stack listener): only they may
+/// register a gate or acknowledge for one.
+pub fn from_this_pod(peer: Option<&Extension<Peer>>) -> bool {
+    peer.is_some_and(|Extension(Peer(addr))| addr.ip().to_canonical().is_loopback())
 }
 
 /// The value of `name` in a query string, percent-decoded.

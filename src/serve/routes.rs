@@ -242,6 +242,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn gates_register_from_this_pod_only() {
+        use crate::serve::server::Peer;
+        let app = app(leading(BootInstant::after(Duration::from_secs(10))));
+        let acks = app.gate_acks.clone();
+        let router = gate_router(app);
+        let subscribe = |peer: &str, path: &str| {
+            let mut request = Request::builder().uri(path).body(Body::empty()).unwrap();
+            request.extensions_mut().insert(Peer(peer.parse().unwrap()));
+            let router = router.clone();
+            async move { router.oneshot(request).await.unwrap().status() }
+        };
+        assert_eq!(
+            subscribe("10.0.0.7:5000", "/events?gate=far").await,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            subscribe("10.0.0.7:5000", "/events").await,
+            StatusCode::OK,
+            "a plain subscriber from anywhere"
+        );
+        assert_eq!(
+            subscribe("127.0.0.1:5000", "/events?gate=near&acknowledges=maybe").await,
+            StatusCode::BAD_REQUEST
+        );
+        acks.term_changed(Some("uid/1"), true);
+        acks.term_changed(Some("uid/1"), false);
+        assert!(acks.still_open().is_empty(), "nobody registered");
+    }
+
+    #[tokio::test]
     async fn a_leading_snapshot_past_its_deadline_answers_503() {
         // Published as leading, but the deadline passed before the read: G2
         // says no 200 is computed after the deadline.

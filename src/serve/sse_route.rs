@@ -40,17 +40,18 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, Sleep};
 
 use crate::clock::{BootInstant, wall_micros};
-use crate::serve::gate_acks::{RegisterError, Registration, query_param};
+use crate::serve::gate_acks::{RegisterError, Registration, from_this_pod, query_param};
 use crate::serve::metrics::Metrics;
 use crate::serve::published::LeaderState;
 use crate::serve::published::{AppState, json_str, write_leader_body, write_valid_until};
-use crate::serve::server::ReadClosed;
+use crate::serve::server::{Peer, ReadClosed};
 use crate::serve::transitions::{Event, EventKind, Next, Start, Subscription, event_json};
 
 /// The handler of `GET /events`.
 pub async fn events(
     State(app): State<Arc<AppState>>,
     read_closed: Option<Extension<ReadClosed>>,
+    peer: Option<Extension<Peer>>,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
@@ -76,6 +77,14 @@ pub async fn events(
     };
     let registration = match query_param(uri.query(), "gate") {
         None => None,
+        // A gate of another pod's could hold this pod's releases.
+        Some(_) if !from_this_pod(peer.as_ref()) => {
+            return (
+                StatusCode::FORBIDDEN,
+                "gates register from this pod only (a loopback address)\n",
+            )
+                .into_response();
+        }
         Some(id) => match app.gate_acks.register(&id, silent) {
             Ok(registration) => Some(registration),
             Err(error @ RegisterError::InvalidId) => {
