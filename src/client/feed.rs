@@ -353,6 +353,13 @@ impl Feed {
             "state" => {
                 let leading = data["leading"].as_bool().unwrap_or(false);
                 self.validity = confirmed().filter(|_| leading);
+                // The sidecar says that term ended: as a `stopped-leading`
+                // would have, had this stream not missed it.
+                if let Some(term) = data["last_term"].as_str()
+                    && !leading
+                {
+                    self.stopped = Some(term.to_owned());
+                }
             }
             "started-leading" | "renewed" => {
                 if let Some(validity) = confirmed() {
@@ -446,6 +453,32 @@ mod tests {
             now,
         );
         assert_eq!(feed.leading(), None);
+    }
+
+    #[test]
+    fn a_state_naming_the_last_ended_term_says_it_stopped_as_a_missed_stop_would() {
+        let mut feed = feed();
+        let now = BootInstant::now();
+        feed.apply(&json_msg("started-leading", "u/1", 3000), now);
+        // Leading again in another term: the one that ended before is no news.
+        feed.apply(
+            &message(
+                "state",
+                serde_json::json!({"leading": true, "term": "u/2", "last_term": "u/1", "valid_for_ms": 3000}),
+            ),
+            now,
+        );
+        assert_eq!(feed.stopped_term(), None);
+        // The stream dropped over the step-down; the fresh stream's state:
+        feed.apply(
+            &message(
+                "state",
+                serde_json::json!({"leading": false, "term": null, "last_term": "u/2", "valid_for_ms": 0}),
+            ),
+            now,
+        );
+        assert_eq!(feed.leading(), None);
+        assert_eq!(feed.stopped_term(), Some("u/2"));
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub struct LeaderState {
     pub seq: u64,
     /// Why the last term ended.
     pub last_stop: Option<&'static str>,
+    /// The last term that ended here: over for good (it never starts
+    /// again), so a gate that missed its `stopped-leading` may acknowledge it.
+    pub last_term: Option<String>,
     /// The API server answered at least once.
     pub observed: bool,
     /// Whether the collector passes its health check; `None` without one.
@@ -60,6 +63,7 @@ impl LeaderState {
             valid_until: None,
             seq: 0,
             last_stop: None,
+            last_term: None,
             observed: false,
             collector_healthy: None,
         }
@@ -91,6 +95,7 @@ pub struct LeaderBody<'a> {
     pub valid_for_ms: u64,
     pub seq: u64,
     pub last_stop_reason: Option<&'a str>,
+    pub last_term: Option<&'a str>,
     pub collector_healthy: Option<bool>,
 }
 
@@ -170,6 +175,10 @@ impl Publisher {
             self.metrics
                 .state(snapshot.leading, snapshot.holder.is_some());
             self.metrics.collector_healthy(snapshot.collector_healthy);
+            let ended = transitions
+                .iter()
+                .find(|t| t.kind == EventKind::StoppedLeading)
+                .and_then(|t| t.term.clone());
             let next = LeaderState {
                 leading: snapshot.leading,
                 holder: snapshot.holder.clone(),
@@ -184,6 +193,7 @@ impl Publisher {
                 valid_until: snapshot.valid_until,
                 seq: self.events.last_seq(),
                 last_stop: snapshot.last_stop.map(|r| r.as_str()),
+                last_term: ended.or_else(|| state.last_term.clone()),
                 observed: snapshot.observed,
                 collector_healthy: snapshot.collector_healthy,
             };
@@ -348,6 +358,8 @@ pub fn write_leader_body(
     json_str(out, Some(&app.identity));
     out.extend_from_slice(b",\"last_stop_reason\":");
     json_str(out, state.last_stop);
+    out.extend_from_slice(b",\"last_term\":");
+    json_str(out, state.last_term.as_deref());
     out.extend_from_slice(b",\"leading\":");
     out.extend_from_slice(if leading { b"true" } else { b"false" });
     out.extend_from_slice(b",\"lease\":{\"name\":");
@@ -438,6 +450,7 @@ pub fn leader_body(app: &AppState, state: &LeaderState) -> (bool, serde_json::Va
         valid_for_ms: valid_for.as_millis() as u64,
         seq: state.seq,
         last_stop_reason: state.last_stop,
+        last_term: state.last_term.as_deref(),
         collector_healthy: state.collector_healthy,
     };
     (
@@ -485,6 +498,27 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_last_ended_term_is_published_until_another_ends() {
+        use crate::elector::lease::TermId;
+        let events = EventLog::new("me", 8, 8);
+        let metrics = Arc::new(Metrics::new("ns", "l"));
+        let (publisher, rx) = Publisher::new(events, metrics);
+        let leading_in = |transitions| Snapshot {
+            term: Some(TermId::new(Some("uid"), transitions)),
+            ..snapshot(true, Some("me"))
+        };
+        publisher.publish(&leading_in(1));
+        assert_eq!(rx.borrow().last_term, None);
+        publisher.publish(&snapshot(false, None));
+        assert_eq!(rx.borrow().last_term.as_deref(), Some("uid/1"));
+        publisher.publish(&leading_in(2));
+        assert_eq!(rx.borrow().last_term.as_deref(), Some("uid/1"));
+        // A term that follows another at once ends the first as well.
+        publisher.publish(&leading_in(3));
+        assert_eq!(rx.borrow().last_term.as_deref(), Some("uid/2"));
+    }
+
     fn app(identity: &str) -> AppState {
         let (_, state) = watch::channel(LeaderState {
             leading: false,
@@ -494,6 +528,7 @@ mod tests {
             valid_until: None,
             seq: 0,
             last_stop: None,
+            last_term: None,
             observed: false,
             collector_healthy: None,
         });
@@ -524,6 +559,7 @@ mod tests {
                 valid_until: Some(BootInstant::after(Duration::from_secs(3600))),
                 seq: 7,
                 last_stop: Some("shutdown"),
+                last_term: None,
                 observed: true,
                 collector_healthy: Some(true),
             },
@@ -535,6 +571,7 @@ mod tests {
                 valid_until: None,
                 seq: 0,
                 last_stop: None,
+                last_term: None,
                 observed: false,
                 collector_healthy: Some(false),
             },
@@ -547,6 +584,7 @@ mod tests {
                 valid_until: Some(BootInstant::now()),
                 seq: 3,
                 last_stop: None,
+                last_term: None,
                 observed: true,
                 collector_healthy: None,
             },

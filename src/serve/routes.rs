@@ -146,6 +146,7 @@ mod tests {
             valid_until: Some(valid_until),
             seq: 1,
             last_stop: None,
+            last_term: None,
             observed: true,
             collector_healthy: None,
         }
