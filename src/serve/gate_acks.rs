@@ -45,9 +45,9 @@ pub struct GateAcks {
     /// gates do not report a failure).
     ignored: bool,
     /// When the registry is full, gates gone (disconnected) for this long
-    /// are no longer waited for: a gate cut off from its sidecar for a
-    /// renew deadline has closed on its own (its leadership ran out), and
-    /// one that died took its work with it.
+    /// make room. What they ran may still be stopping (within `exec
+    /// --grace`, a collector's own reload period), so the term they owed
+    /// then waits its whole gate lag.
     forget_after: Duration,
 }
 
@@ -75,6 +75,9 @@ struct TermGates {
     closed: HashSet<Arc<str>>,
     /// Registered for this term as gates that never acknowledge.
     silent: HashSet<Arc<str>>,
+    /// A gate that owed this term was forgotten to make room: nothing may
+    /// end its release's gate lag early.
+    forgot: bool,
 }
 
 impl Inner {
@@ -93,6 +96,7 @@ impl Inner {
             if let Some(term) = self.term.as_mut()
                 && (term.open.remove(&id) | term.silent.remove(&id))
             {
+                term.forgot = true;
                 forgotten.push(id.to_string());
             }
         }
@@ -112,8 +116,9 @@ impl Inner {
 }
 
 impl TermGates {
-    fn knows(&self, gate: &str) -> bool {
-        self.open.contains(gate) || self.closed.contains(gate) || self.silent.contains(gate)
+    /// `gate` is registered for this term and has not acknowledged it.
+    fn owed_by(&self, gate: &str) -> bool {
+        self.open.contains(gate) || self.silent.contains(gate)
     }
 }
 
@@ -204,15 +209,14 @@ impl GateAcks {
         }
         let mut inner = self.inner.lock().expect("gate acks lock");
         let known = inner.connected.contains_key(id)
-            || inner.term.as_ref().is_some_and(|term| term.knows(id));
+            || inner.term.as_ref().is_some_and(|term| term.owed_by(id));
         if !known && inner.distinct_gates() >= self.capacity {
             let forgotten = inner.forget_gone(self.forget_after);
             if !forgotten.is_empty() {
                 tracing::warn!(
                     gates = ?forgotten,
-                    "too many gates registered: no longer waiting for these, gone for longer than the renew deadline"
+                    "too many gates registered: these, gone for longer than the renew deadline, make room; this term's graceful release waits the whole gate lag"
                 );
-                self.changed.send_modify(|n| *n += 1);
             }
             if inner.distinct_gates() >= self.capacity {
                 return Err(RegisterError::Full);
@@ -259,6 +263,7 @@ impl GateAcks {
                 open,
                 closed: HashSet::new(),
                 silent,
+                forgot: false,
             });
             // Only connected gates owe the new term.
             inner.gone_since.clear();
@@ -276,7 +281,8 @@ impl GateAcks {
         if self.ignored {
             return Ack::Counted;
         }
-        let mut inner = self.inner.lock().expect("gate acks lock");
+        let mut guard = self.inner.lock().expect("gate acks lock");
+        let inner = &mut *guard;
         let Some(gates) = inner.term.as_mut().filter(|g| g.term == term) else {
             return Ack::OtherTerm;
         };
@@ -288,8 +294,15 @@ impl GateAcks {
             };
         };
         gates.closed.insert(gate.clone());
+        if gates.closed.len() > self.capacity {
+            // Gates that come and go (each exec has an id of its own):
+            // keep the connected ones. With none kept, the release waits
+            // the whole gate lag, which is always safe.
+            let connected = &inner.connected;
+            gates.closed.retain(|id| connected.contains_key(id));
+        }
         inner.gone_since.remove(&gate);
-        drop(inner);
+        drop(guard);
         self.changed.send_modify(|n| *n += 1);
         Ack::Counted
     }
@@ -299,7 +312,11 @@ impl GateAcks {
     pub fn closed_now(&self) -> bool {
         let inner = self.inner.lock().expect("gate acks lock");
         inner.term.as_ref().is_some_and(|g| {
-            !g.leading && g.open.is_empty() && g.silent.is_empty() && !g.closed.is_empty()
+            !g.leading
+                && !g.forgot
+                && g.open.is_empty()
+                && g.silent.is_empty()
+                && !g.closed.is_empty()
         })
     }
 
@@ -503,7 +520,7 @@ mod tests {
         assert!(!acks.closed_now(), "the silent gate still counts");
         assert_eq!(acks.acknowledge("routing", "u/1"), Ack::UnknownGate);
         assert!(acks.still_open().is_empty(), "and is not reported as late");
-        // Registered only after a term started: counted from the next one.
+        // Registered while a term runs: counted for it too.
         let acks = GateAcks::new(8);
         let _exec = acks.register("exec-1", false).unwrap();
         acks.term_changed(Some("u/1"), true);
@@ -556,7 +573,7 @@ mod tests {
     }
 
     #[test]
-    fn when_full_gates_gone_past_the_renew_deadline_make_room_and_are_not_waited_for() {
+    fn when_full_gates_gone_past_the_renew_deadline_make_room_and_the_term_waits_its_gate_lag() {
         let acks = GateAcks::for_sidecar(2, true, Duration::from_millis(50));
         acks.term_changed(Some("t/1"), true);
         let live = acks.register("live", false).unwrap();
@@ -572,7 +589,33 @@ mod tests {
         drop(live);
         assert_eq!(acks.acknowledge("live", "t/1"), Ack::Counted);
         assert_eq!(acks.acknowledge("new", "t/1"), Ack::Counted);
-        assert!(acks.closed_now(), "the dead gate is not waited for");
+        // What the forgotten gate ran may still be stopping: the others'
+        // word does not end this release's gate lag.
+        assert!(!acks.closed_now());
+        // The next term owes nothing to it.
+        acks.term_changed(Some("t/2"), true);
+        acks.term_changed(Some("t/2"), false);
+        assert_eq!(acks.acknowledge("new", "t/2"), Ack::Counted);
+        assert!(acks.closed_now());
+    }
+
+    #[test]
+    fn gates_that_come_and_go_acknowledging_do_not_grow_the_registry() {
+        let acks = GateAcks::new(4);
+        let _stays = acks.register("stays", false).unwrap();
+        acks.term_changed(Some("t/1"), true);
+        for n in 0..100 {
+            let id = format!("exec-{n}");
+            let gate = acks
+                .register(&id, false)
+                .expect("room: the others acknowledged");
+            assert_eq!(acks.acknowledge(&id, "t/1"), Ack::Counted);
+            drop(gate);
+        }
+        let inner = acks.inner.lock().unwrap();
+        let closed = inner.term.as_ref().map_or(0, |t| t.closed.len());
+        assert!(closed <= 4, "{closed} acknowledged gates kept");
+        assert!(inner.gone_since.is_empty());
     }
 
     #[test]

@@ -392,11 +392,13 @@ impl Driver {
                             // The machine asks for a hand-over's release again
                             // after its backoff; an unhealthy collector's is
                             // sent once.
-                            Input::Written(Err(error)) if why == HANDOVER => tracing::warn!(
-                                why,
-                                %error,
-                                "could not release the lease for the hand-over; trying again after a backoff"
-                            ),
+                            Input::Written(Err(error)) if why == HANDOVER || why == REBALANCE => {
+                                tracing::warn!(
+                                    why,
+                                    %error,
+                                    "could not release the lease for the hand-over; trying again after a backoff"
+                                )
+                            }
                             Input::Written(Err(error)) => tracing::warn!(
                                 why,
                                 %error,
@@ -692,13 +694,14 @@ fn release_reason(shutdown: bool, after: &Snapshot) -> &'static str {
     {
         "collector unhealthy"
     } else if after.last_stop == Some(StopReason::Rebalance) {
-        "rebalancing: a pod that holds no other Lease was named successor"
+        REBALANCE
     } else {
         HANDOVER
     }
 }
 
 const HANDOVER: &str = "handover requested";
+const REBALANCE: &str = "rebalancing: a pod that holds no other Lease was named successor";
 
 /// After `restarts` 401s or ends of the stream in a row: 1 s doubling to
 /// 30 s, jittered, so a persistent 401 cannot turn into a stream of LISTs.

@@ -455,6 +455,8 @@ impl Election {
     // --- role changes ---
 
     fn start_leading(&mut self, term: TermId, sent_at: Instant, sent_boot: BootInstant) {
+        // A rebalance of an earlier term is over.
+        self.successor.rebalance_to = None;
         self.role = Role::Leading {
             term,
             deadline: sent_at + self.settings.renew_deadline,

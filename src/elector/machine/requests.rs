@@ -364,6 +364,13 @@ impl Election {
                 if purpose == Purpose::Renew {
                     self.renew_unreachable = error.is_unreachable();
                 }
+                if purpose == Purpose::Successor && self.holds_elsewhere() && !self.shutting_down {
+                    // Holding another Lease may last a whole term: a name
+                    // we failed to clear is cleared again (after the
+                    // backoff), or no pod holding none could claim the slot.
+                    // A stopping successor tries once; its fallback covers it.
+                    self.successor.resigned = false;
+                }
                 let current_rv = self
                     .view
                     .as_ref()

@@ -106,10 +106,10 @@ pub(super) struct Slot {
     /// acquisition attempt).
     named: Option<String>,
     /// Our name was cleared once in this episode of standing back.
-    resigned: bool,
+    pub(super) resigned: bool,
     /// Leading a surplus Lease: the successor it steps down for, until the
-    /// record is no longer ours (see `spread`).
-    rebalance_to: Option<String>,
+    /// record is no longer ours or a new term starts (see `spread`).
+    pub(super) rebalance_to: Option<String>,
     /// Leading: the `preferredHolder` of the record when the term started.
     /// Only a change of it asks for a hand-over, so a preferred holder that
     /// never takes over cannot make every new holder step down at once.
@@ -217,20 +217,19 @@ impl Election {
 
     /// The identity a hand-over is asked for in `lease`, other than us.
     fn handover_target(&self, lease: &Lease) -> Option<String> {
-        if let Some(to) = &self.successor.rebalance_to {
-            return Some(to.clone());
-        }
         let me = self.settings.identity.as_str();
         if let Some(to) = handover_to(lease).filter(|t| t != me) {
             return Some(to);
         }
         let preferred = preferred_holder(lease);
-        if let Some(Some(at_start)) = &self.successor.preferred_at_start
-            && preferred.as_ref() == Some(at_start)
-        {
-            return None;
-        }
-        preferred.filter(|p| p != me)
+        let unchanged = matches!(
+            &self.successor.preferred_at_start,
+            Some(Some(at_start)) if preferred.as_ref() == Some(at_start)
+        );
+        // An operator's request first; then a rebalance under way.
+        preferred
+            .filter(|p| p != me && !unchanged)
+            .or_else(|| self.successor.rebalance_to.clone())
     }
 
     /// One turn of the successor duties, after the input and before the
@@ -241,6 +240,7 @@ impl Election {
     pub(super) fn successor_turn(&mut self, now: Now, actions: &mut Vec<Action>) {
         let Some(lease) = self.view.as_ref().and_then(|v| v.lease.clone()) else {
             self.successor.claim_at = None;
+            self.successor.rebalance_to = None;
             return;
         };
         let named = successor_of(&lease);

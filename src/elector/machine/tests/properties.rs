@@ -459,8 +459,6 @@ struct Candidate {
     terms: Vec<Trusted>,
     /// The last [`Input::Spread`].
     spread: Spread,
-    /// Its last term ended in a rebalance that the spread justified.
-    rebalanced: bool,
 }
 
 /// Candidates, the server, and real time.
@@ -495,7 +493,6 @@ impl World {
                 acquisitions: Vec::new(),
                 terms: Vec::new(),
                 spread: Spread::default(),
-                rebalanced: false,
             })
             .collect();
         Self {
@@ -542,8 +539,9 @@ impl World {
             _ => {}
         }
         let now = self.now(who);
+        let latched = self.candidates[who].election.successor.rebalance_to.clone();
         let actions = self.candidates[who].election.handle(input, now);
-        self.check_rebalance(who, now)?;
+        self.check_rebalance(who, latched)?;
         self.check(who, actions, now)?;
         self.check_trust(who, now)
     }
@@ -674,17 +672,14 @@ impl World {
         self.feed(who, input)
     }
 
-    /// A term ends in a rebalance only for a surplus Lease that names
-    /// another successor (judged at the input that ended it, which may be
-    /// the one that started it), and only then may a release follow unasked.
-    fn check_rebalance(&mut self, who: usize, now: Now) -> TestCaseResult {
-        let candidate = &mut self.candidates[who];
+    /// A rebalance (latched at the input that decides it) is only ever for
+    /// a surplus Lease, towards the other successor it names; only while one
+    /// is latched may a release follow unasked.
+    fn check_rebalance(&mut self, who: usize, before: Option<String>) -> TestCaseResult {
+        let candidate = &self.candidates[who];
         let election = &candidate.election;
-        if election.is_leading() {
-            candidate.rebalanced = false;
-        } else if !candidate.rebalanced
-            && election.snapshot(now.instant).last_stop == Some(StopReason::Rebalance)
-        {
+        let latched = election.successor.rebalance_to.as_deref();
+        if latched.is_some() && latched != before.as_deref() {
             let me = election.settings().identity.as_str();
             let named = election
                 .view
@@ -692,11 +687,15 @@ impl World {
                 .and_then(|v| v.lease.as_ref())
                 .and_then(successor_of);
             prop_assert!(
-                candidate.spread.surplus && named.as_deref().is_some_and(|s| s != me),
-                "a rebalance of a kept Lease, or towards nobody: {:?}, successor {named:?}",
+                candidate.spread.surplus && latched != Some(me) && named.as_deref() == latched,
+                "a rebalance of a kept Lease, or towards another than its successor: {:?}, to {latched:?}, successor {named:?}",
                 candidate.spread
             );
-            candidate.rebalanced = true;
+            prop_assert_eq!(
+                election.last_stop,
+                Some(StopReason::Rebalance),
+                "a rebalance is a step-down for it"
+            );
         }
         Ok(())
     }
@@ -760,7 +759,7 @@ impl World {
                     Purpose::Release => prop_assert!(
                         candidate.shut_down
                             || candidate.unhealthy
-                            || candidate.rebalanced
+                            || candidate.election.successor.rebalance_to.is_some()
                             || handover_asked(&candidate.election, &seen_lease),
                         "a release while contending, and no hand-over asked for"
                     ),

@@ -124,21 +124,31 @@ fn a_surplus_lease_goes_to_its_named_successor_and_a_kept_one_stays() {
     the_release_naming(&actions, &term, "z");
 }
 
+/// `h` leads a surplus Lease; while a renew is in flight "z" is named
+/// successor, and it steps down for the rebalance (the release waits for
+/// the renew's answer). When it led, and the term.
+fn rebalancing_to_z_with_a_renew_in_flight(h: &mut Harness) -> (f64, TermId) {
+    let t = h.lead();
+    let term = h.snapshot(t).term.unwrap();
+    h.feed(Input::Spread(SURPLUS), t + 0.1);
+    let renew = h.tick(t + 2.0);
+    assert!(is_write(&renew, Purpose::Renew));
+    let named = edit(h, |o| {
+        set_annotation(o, SUCCESSOR_ANNOTATION, Some("z"));
+    });
+    assert!(h.feed(Input::Observed(Some(named)), t + 2.01).is_empty());
+    assert!(!h.election.is_leading());
+    assert_eq!(h.snapshot(t + 2.01).last_stop, Some(StopReason::Rebalance));
+    (t, term)
+}
+
 #[test]
 fn a_rebalance_releases_even_once_the_lease_no_longer_counts_as_surplus() {
     // A renew is in flight when the successor is named; by its answer the
     // sidecar no longer counts this Lease as held (it stepped down), so it
     // is surplus no more: the release still follows, naming the successor.
     let mut h = Harness::new("me");
-    let t = h.lead();
-    h.feed(Input::Spread(SURPLUS), t + 0.1);
-    let renew = h.tick(t + 2.0);
-    assert!(is_write(&renew, Purpose::Renew));
-    let named = edit(&mut h, |o| {
-        set_annotation(o, SUCCESSOR_ANNOTATION, Some("z"));
-    });
-    assert!(h.feed(Input::Observed(Some(named)), t + 2.01).is_empty());
-    assert!(!h.election.is_leading());
+    let (t, _) = rebalancing_to_z_with_a_renew_in_flight(&mut h);
     assert!(h.feed(Input::Spread(HOLDS_ONE), t + 2.02).is_empty());
     let actions = h.feed(
         Input::Written(Err(ApiError::Conflict("Conflict".into()))),
@@ -151,5 +161,45 @@ fn a_rebalance_releases_even_once_the_lease_no_longer_counts_as_surplus() {
     assert_eq!(
         annotation_of(object_of(write_of(release)), SUCCESSOR_ANNOTATION),
         Some("z")
+    );
+}
+
+#[test]
+fn an_operators_hand_over_outranks_a_rebalance_under_way() {
+    let mut h = Harness::new("me");
+    let (t, term) = rebalancing_to_z_with_a_renew_in_flight(&mut h);
+    // Before the release could go out, an operator asks for "c".
+    let asked = edit(&mut h, |o| {
+        set_annotation(o, HANDOVER_ANNOTATION, Some("c"));
+    });
+    h.feed(Input::Observed(Some(asked)), t + 2.02);
+    let actions = h.feed(
+        Input::Written(Err(ApiError::Conflict("Conflict".into()))),
+        t + 2.03,
+    );
+    the_release_naming(&actions, &term, "c");
+}
+
+#[test]
+fn a_successor_holding_another_lease_clears_its_name_again_after_a_failed_write() {
+    let mut h = with_window(Harness::new("b"), 4);
+    let named = h.server_sets(LeaseBuilder::held_by("a").annotation(SUCCESSOR_ANNOTATION, "b"));
+    h.feed(Input::Observed(Some(named)), 0.0);
+    let actions = h.feed(Input::Spread(HOLDS_ONE), 1.0);
+    assert!(is_write(&actions, Purpose::Successor), "{actions:?}");
+    h.feed(
+        Input::Written(Err(ApiError::Server {
+            code: 500,
+            message: "x".into(),
+        })),
+        1.1,
+    );
+    let (_, again) = h
+        .first_write(1.2, 16.0)
+        .expect("clears its name again after the backoff");
+    assert_eq!(write_of(&again).purpose, Purpose::Successor);
+    assert_eq!(
+        annotation_of(object_of(write_of(&again)), SUCCESSOR_ANNOTATION),
+        None
     );
 }
