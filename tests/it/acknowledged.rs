@@ -276,11 +276,7 @@ async fn the_release_waits_for_the_last_registered_gate_a_subscriber_that_acknow
         file_gate_pods("ack-subscriber-late", true, Some(Duration::ZERO)).await;
     let signalled = Instant::now();
     pods.sidecars[l].signal(libc::SIGTERM);
-    let stop = sub
-        .next_of("stopped-leading", SECOND * 5)
-        .await
-        .expect("the subscriber hears the stop");
-    let term = stop.term().expect("the stop names its term").to_owned();
+    let term = sub.stopped_term(SECOND * 5).await;
     // The subscriber's own collector takes a second to stop.
     tokio::time::sleep(SECOND).await;
     assert!(!dst.exists(), "the file gate removed its copy at once");
@@ -355,11 +351,7 @@ async fn a_file_gate_without_a_reload_url_holds_the_release_to_the_gate_lag() {
         file_gate_pods("ack-file-gate-no-reload", true, None).await;
     let signalled = Instant::now();
     pods.sidecars[l].signal(libc::SIGTERM);
-    let stop = sub
-        .next_of("stopped-leading", SECOND * 5)
-        .await
-        .expect("the subscriber hears the stop");
-    let term = stop.term().expect("the stop names its term").to_owned();
+    let term = sub.stopped_term(SECOND * 5).await;
     assert_eq!(pods.sidecars[l].acknowledge("sub", &term).await, 204);
     let released = pods.release_of(NAMES[l]).await;
     assert!(!dst.exists(), "the copy was removed: {}", gate.log());

@@ -175,11 +175,7 @@ async fn the_slice_follows_leadership_through_sigterm_and_sigkill_and_names_only
     let mut sub = EventClient::connect_as_gate(leader.gate, "sub").await;
     let signalled = Instant::now();
     leader.signal(libc::SIGTERM);
-    let stop = sub
-        .next_of("stopped-leading", Duration::from_secs(5))
-        .await
-        .expect("the subscriber hears the stop");
-    let term = stop.term().expect("the stop names its term").to_owned();
+    let term = sub.stopped_term(Duration::from_secs(5)).await;
     assert_eq!(leader.acknowledge("sub", &term).await, 204);
     assert!(leader.wait_exit(Duration::from_secs(20)).await.is_some());
     let released = api

@@ -146,6 +146,16 @@ impl EventClient {
         None
     }
 
+    /// The term of the next `stopped-leading` within `timeout`; panics
+    /// without one.
+    pub async fn stopped_term(&mut self, timeout: Duration) -> String {
+        let stop = self
+            .next_of("stopped-leading", timeout)
+            .await
+            .expect("a stopped-leading event");
+        stop.term().expect("the stop names its term").to_owned()
+    }
+
     /// Every event until `quiet` passes without one (or the stream ends).
     pub async fn drain(&mut self, quiet: Duration) -> Vec<Received> {
         let mut all = Vec::new();
