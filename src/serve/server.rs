@@ -221,10 +221,14 @@ async fn connection(
     let (limits, table) = (shared.limits, &shared.table);
     let (router, handlers) = (shared.router.clone(), shared.handlers.clone());
     // Until the first byte, a connection costs a socket and this small
-    // task, not hyper's buffers.
-    let first_byte = tokio::time::timeout(limits.header_read_timeout, stream.readable());
+    // task, not hyper's buffers. A peek, not readiness: a freshly accepted
+    // socket can be reported readable before any byte has come (the idle
+    // connections of an attack would each get hyper's buffers), and a peek
+    // that finds nothing waits again.
+    let mut byte = [0u8; 1];
+    let first_byte = tokio::time::timeout(limits.header_read_timeout, stream.peek(&mut byte));
     let readable = tokio::select! {
-        readable = first_byte => matches!(readable, Ok(Ok(()))),
+        peeked = first_byte => matches!(peeked, Ok(Ok(1))),
         () = slot.evicted.cancelled() => false,
         () = shutdown.cancelled() => false,
     };
