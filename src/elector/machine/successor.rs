@@ -272,7 +272,14 @@ impl Election {
         let busy = self.pending.is_some()
             || self.conflict_at.is_some()
             || self.not_before.is_some_and(|nb| now.instant < nb);
-        if own && self.handover_target(&lease).is_some() {
+        // Once our record has expired for every peer, a release would only
+        // restart their wait (a fallback for the target): the Lease is free,
+        // and the request lapsed with our term.
+        let live = self
+            .view
+            .as_ref()
+            .is_some_and(|view| view.live_holder(now.instant).is_some());
+        if own && live && self.handover_target(&lease).is_some() {
             // Asked to hand over a record still ours: the release names the
             // target (the driver sends it once the gates had their lag).
             if !busy && let Some(release) = self.release(now, self.request_timeout(now.instant)) {

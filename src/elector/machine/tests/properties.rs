@@ -991,6 +991,72 @@ fn run_with_crashes(
     Ok(crashed)
 }
 
+/// After `steps` on one candidate, healing: it attempts within a lease
+/// duration (or the longest a record asked for) and a retry period, then
+/// leads and keeps leading.
+fn contends_again_once_the_faults_heal(seed: u64, steps: &[Step]) -> Result<(), TestCaseError> {
+    let mut world = World::new(&[ME], seed);
+    for step in steps {
+        world.step(0, step)?;
+    }
+    // A record may ask for any duration (G3); a very long one is
+    // honoured, so judge the bound only for sane ones.
+    prop_assume!(world.server.longest <= Duration::from_secs(120));
+    let healed = world.now(0).instant;
+    let before = world.candidates[0].acquisitions.len();
+    world.heal(0)?;
+    let was_leading = world.candidates[0].election.is_leading();
+    let within =
+        world.settings.lease_duration.max(world.server.longest) + world.settings.retry_period;
+    while !world.candidates[0].election.is_leading()
+        && world.candidates[0].acquisitions.len() == before
+        && world.now(0).instant <= healed + within
+    {
+        world.healthy_turn(0)?;
+    }
+    let attempted = world.candidates[0].acquisitions.get(before).copied();
+    prop_assert!(
+        was_leading || attempted.is_some_and(|at| at <= healed + within),
+        "no acquisition within {:?} of healing (attempted {:?} after)",
+        within,
+        attempted.map(|at| at - healed)
+    );
+    // Alone and healthy, it then leads and keeps leading (G1).
+    let until = healed + within + world.settings.lease_duration * 3;
+    while world.now(0).instant < until {
+        world.healthy_turn(0)?;
+    }
+    let election = &world.candidates[0].election;
+    prop_assert!(
+        election.is_leading(),
+        "not leading: {:?}",
+        election.snapshot(world.now(0).instant)
+    );
+    Ok(())
+}
+
+#[test]
+fn a_hand_over_to_nobody_then_a_retry_after_still_ends_in_contention() {
+    let steps = [
+        Step::Deliver,
+        Step::Answer,
+        Step::Edit(Edit::HandoverTo("other")),
+        Step::Wait {
+            ms: 849,
+            suspend_ms: 0,
+        },
+        Step::Wait {
+            ms: 1151,
+            suspend_ms: 0,
+        },
+        Step::Deliver,
+        Step::Deliver,
+        Step::Answer,
+        Step::Fail(Fault::Throttled(Some(15))),
+    ];
+    contends_again_once_the_faults_heal(0, &steps).unwrap();
+}
+
 proptest! {
     #![proptest_config(cases(128))]
 
@@ -1007,43 +1073,7 @@ proptest! {
         seed: u64,
         steps in steps(),
     ) {
-        let mut world = World::new(&[ME], seed);
-        for step in &steps {
-            world.step(0, step)?;
-        }
-        // A record may ask for any duration (G3); a very long one is
-        // honoured, so judge the bound only for sane ones.
-        prop_assume!(world.server.longest <= Duration::from_secs(120));
-        let healed = world.now(0).instant;
-        let before = world.candidates[0].acquisitions.len();
-        world.heal(0)?;
-        let was_leading = world.candidates[0].election.is_leading();
-        let within = world.settings.lease_duration.max(world.server.longest)
-            + world.settings.retry_period;
-        while !world.candidates[0].election.is_leading()
-            && world.candidates[0].acquisitions.len() == before
-            && world.now(0).instant <= healed + within
-        {
-            world.healthy_turn(0)?;
-        }
-        let attempted = world.candidates[0].acquisitions.get(before).copied();
-        prop_assert!(
-            was_leading || attempted.is_some_and(|at| at <= healed + within),
-            "no acquisition within {:?} of healing (attempted {:?} after)",
-            within,
-            attempted.map(|at| at - healed)
-        );
-        // Alone and healthy, it then leads and keeps leading (G1).
-        let until = healed + within + world.settings.lease_duration * 3;
-        while world.now(0).instant < until {
-            world.healthy_turn(0)?;
-        }
-        let election = &world.candidates[0].election;
-        prop_assert!(
-            election.is_leading(),
-            "not leading: {:?}",
-            election.snapshot(world.now(0).instant)
-        );
+        contends_again_once_the_faults_heal(seed, &steps)?;
     }
 
     #[test]
