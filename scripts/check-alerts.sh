@@ -60,10 +60,7 @@ promtool test rules "$TESTS"
 # make the tests fail.
 mutations=$(cat <<'EOF_M'
 LeaderGateNobodyLeads: one healthy Lease masks a leaderless one (no `by (lease)`)
-          max by (namespace, lease) (
-            leader_gate_leader_observed
-            * on (job, instance) group_left (lease) (0 * leader_gate_leading + 1)
-          ) == 0
+          max by (namespace, lease) (leader_gate_leader_observed) == 0
 =>
           max(leader_gate_leader_observed) == 0
 %%
@@ -72,12 +69,13 @@ LeaderGateNobodyLeads: fires at once, during a hand-over too (no `for`)
 =>
         for: 0s
 %%
-LeaderGateLeadingButNotRenewing: `and` across series without the lease label
-          leader_gate_last_renew_age_seconds
-          * on (job, instance) group_left (lease) (leader_gate_leading == 1)
-          > 6
+LeaderGateLeadingButNotRenewing: a follower's old renew age counts too
+          (
+            leader_gate_last_renew_age_seconds
+            and on (job, instance, lease) leader_gate_leading == 1
+          ) > 6
 =>
-          leader_gate_leading == 1 and leader_gate_last_renew_age_seconds > 6
+          leader_gate_last_renew_age_seconds > 6
 %%
 LeaderGateRenewsFailed: `increase` alone misses a process's first step-down
               (
@@ -95,19 +93,15 @@ LeaderGateFlapping: counted per pod, not per Lease
 =>
           increase(leader_gate_transitions_total{direction="started"}[15m]) > 4
 %%
-LeaderGateForbidden: grouped by a lease label the requests do not carry
+LeaderGateForbidden: counts every outcome, not only refusals
             increase(leader_gate_api_requests_total{outcome=~"forbidden|unauthorized"}[5m])
-            * on (job, instance) group_left (lease) (0 * leader_gate_leading + 1)
 =>
-            increase(leader_gate_api_requests_total{outcome=~"forbidden|unauthorized"}[5m])
+            increase(leader_gate_api_requests_total[5m])
 %%
-LeaderGateDuplicateIdentity: without the Lease's labels
-          max by (namespace, lease) (
-            leader_gate_identity_conflicts_total
-            * on (job, instance) group_left (lease) (0 * leader_gate_leading + 1)
-          ) > 0
+LeaderGateDuplicateIdentity: fires on a counter that stays at 0
+          max by (namespace, lease) (leader_gate_identity_conflicts_total) > 0
 =>
-          leader_gate_identity_conflicts_total > 0
+          max by (namespace, lease) (leader_gate_identity_conflicts_total) >= 0
 EOF_M
 )
 cp "$TESTS" "$work/"

@@ -121,9 +121,22 @@ pub struct WaitArgs {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Name of the coordination.k8s.io/v1 Lease to contend for (a DNS-1123 subdomain).
-    #[arg(long, env = "LEADER_GATE_LEASE_NAME")]
-    pub lease_name: String,
+    /// Name of the coordination.k8s.io/v1 Lease to contend for (a DNS-1123
+    /// subdomain). Repeat it (or separate names by commas) to contend for
+    /// several Leases, spread over the group: each pod holds at most one
+    /// while there are as many pods as Leases.
+    #[arg(
+        long,
+        env = "LEADER_GATE_LEASE_NAME",
+        required = true,
+        value_delimiter = ','
+    )]
+    pub lease_name: Vec<String>,
+
+    /// Contend for N Leases named LEASE-NAME-0 … LEASE-NAME-(N-1), spread over
+    /// the group (one --lease-name only).
+    #[arg(long, env = "LEADER_GATE_SHARDS")]
+    pub shards: Option<usize>,
 
     /// Namespace of the Lease [default: $POD_NAMESPACE, then the in-cluster
     /// namespace, then the kubeconfig context's, then "default"].
@@ -338,7 +351,8 @@ fn invalid(flag: &'static str, rule: impl Into<String>) -> ConfigError {
 /// its fallbacks need the kube configuration (see [`resolve_namespace`]).
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
-    pub lease_name: String,
+    /// The Leases contended for, in their order (a shard's index is its place).
+    pub leases: Vec<String>,
     pub lease_namespace: Option<String>,
     pub identity: String,
     pub lease_duration: Duration,
@@ -376,6 +390,7 @@ impl ServeArgs {
     ) -> Result<ServeConfig, ConfigError> {
         let Self {
             lease_name,
+            shards,
             lease_namespace,
             identity,
             lease_duration,
@@ -402,14 +417,7 @@ impl ServeArgs {
             node_name,
         } = self;
 
-        if !is_dns1123_subdomain(&lease_name) {
-            return Err(invalid(
-                "--lease-name",
-                format!(
-                    "{lease_name:?} must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending alphanumeric, at most 253 characters)"
-                ),
-            ));
-        }
+        let leases = lease_names(lease_name, shards)?;
         let lease_namespace =
             lease_namespace.or_else(|| env("POD_NAMESPACE").filter(|n| !n.is_empty()));
         if let Some(namespace) = &lease_namespace {
@@ -573,11 +581,17 @@ impl ServeArgs {
                 })
             })
             .transpose()?;
+        if leases.len() > 1 && route_service.is_some() {
+            return Err(invalid(
+                "--route-service",
+                "routes a Service to the holder of one Lease: it cannot be used with several Leases",
+            ));
+        }
         let route = route_service
             .map(|service| route_options(service, pod_ip, pod_name, node_name, &identity))
             .transpose()?;
         Ok(ServeConfig {
-            lease_name,
+            leases,
             lease_namespace,
             identity,
             lease_duration,
@@ -633,6 +647,52 @@ pub fn resolve_namespace(configured: Option<&str>, inferred: &str) -> Result<Str
     let namespace = configured.unwrap_or(inferred).to_owned();
     validate_namespace(&namespace)?;
     Ok(namespace)
+}
+
+/// Most Leases one sidecar contends for: each costs a watch and a driver.
+pub const MAX_LEASES: usize = 64;
+
+/// The Leases of `--lease-name` (repeated) or `--shards`, checked.
+fn lease_names(names: Vec<String>, shards: Option<usize>) -> Result<Vec<String>, ConfigError> {
+    let names = match shards {
+        None => names,
+        Some(0) => return Err(invalid("--shards", "must be at least 1")),
+        Some(n) if n > MAX_LEASES => {
+            return Err(invalid(
+                "--shards",
+                format!("{n} is more than {MAX_LEASES}"),
+            ));
+        }
+        Some(n) => match names.as_slice() {
+            [base] => (0..n).map(|i| format!("{base}-{i}")).collect(),
+            _ => {
+                return Err(invalid(
+                    "--shards",
+                    "takes exactly one --lease-name, the base of the shards' names",
+                ));
+            }
+        },
+    };
+    if names.len() > MAX_LEASES {
+        return Err(invalid(
+            "--lease-name",
+            format!("{} Leases is more than {MAX_LEASES}", names.len()),
+        ));
+    }
+    for (i, name) in names.iter().enumerate() {
+        if !is_dns1123_subdomain(name) {
+            return Err(invalid(
+                "--lease-name",
+                format!(
+                    "{name:?} must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending alphanumeric, at most 253 characters)"
+                ),
+            ));
+        }
+        if names[..i].contains(name) {
+            return Err(invalid("--lease-name", format!("{name:?} is named twice")));
+        }
+    }
+    Ok(names)
 }
 
 fn validate_namespace(namespace: &str) -> Result<(), ConfigError> {

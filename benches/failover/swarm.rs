@@ -146,7 +146,7 @@ impl Swarm {
                 gate_lag: Duration::ZERO,
                 timeout: Duration::from_secs(10),
             },
-            None,
+            driver::Inputs::default(),
         ));
         self.members.push(Member {
             name,

@@ -72,6 +72,17 @@ impl KubeLeaseStore {
         })
     }
 
+    /// A store for another Lease of the same namespace on the same client
+    /// (its connections, and its credentials when they are reloaded); a
+    /// missing permission is reported once for each Lease.
+    pub fn for_lease(&self, name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            episodes: Default::default(),
+            ..self.clone()
+        }
+    }
+
     fn api(&self) -> Api<DynamicObject> {
         self.api.read().expect("api lock").clone()
     }

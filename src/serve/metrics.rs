@@ -1,7 +1,9 @@
 //! Prometheus metrics (`GET /metrics` on the admin listener): the same facts
-//! the event stream carries, as numbers an operator can alert on.
+//! the event stream carries, as numbers an operator can alert on. Every
+//! series of a Lease is labelled `lease="NAMESPACE/NAME"`, so that one
+//! exposition holds the several Leases of a sidecar.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -36,34 +38,50 @@ struct TransitionLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
+    lease: String,
     verb: &'static str,
     outcome: &'static str,
 }
 
-/// All metrics of one process.
-pub struct Metrics {
+type Histograms = Family<LeaseLabels, Histogram, fn() -> Histogram>;
+
+fn renew_histogram() -> Histogram {
+    Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0])
+}
+
+/// The metric families of one process: every Lease's series are in them,
+/// labelled by their Lease, so one exposition holds them all.
+pub struct MetricsRegistry {
     registry: Registry,
-    lease: String,
     leading: Family<LeaseLabels, Gauge>,
     transitions: Family<TransitionLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
-    renew_latency: Histogram,
-    last_renew: Mutex<Option<BootInstant>>,
-    last_renew_age: Gauge<f64, AtomicU64>,
-    leader_observed: Gauge,
+    renew_latency: Histograms,
+    /// When each Lease's last successful renew was sent.
+    last_renews: Mutex<Vec<(LeaseLabels, Option<BootInstant>)>>,
+    last_renew_age: Family<LeaseLabels, Gauge<f64, AtomicU64>>,
+    leader_observed: Family<LeaseLabels, Gauge>,
     subscribers: Gauge,
-    identity_conflicts: Counter,
+    identity_conflicts: Family<LeaseLabels, Counter>,
     /// Registered only when a collector health check is configured.
-    collector_healthy: Option<Gauge>,
+    collector_healthy: Option<Family<LeaseLabels, Gauge>>,
     /// Renews answered 409 (a successor claim or an edit landed first).
-    renew_conflicts: Counter,
+    renew_conflicts: Family<LeaseLabels, Counter>,
 }
 
-// === impl Metrics ===
+/// One Lease's handle on its process's [`MetricsRegistry`].
+pub struct Metrics {
+    shared: Arc<MetricsRegistry>,
+    labels: LeaseLabels,
+}
 
-impl Metrics {
-    /// Metrics for the Lease `namespace/name`.
-    pub fn new(namespace: &str, name: &str) -> Self {
+// === impl MetricsRegistry ===
+
+impl MetricsRegistry {
+    /// The families; `leader_gate_collector_healthy` only when
+    /// `collector_health` is checked (so "0" always means a failing
+    /// collector, never an unconfigured check).
+    pub fn new(collector_health: bool) -> Arc<Self> {
         let mut registry = Registry::with_prefix("leader_gate");
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
@@ -94,22 +112,21 @@ impl Metrics {
             "Lease API requests by verb and outcome (ok, conflict, forbidden, unauthorized, not_found, gone, throttled, invalid, timeout, transport, error)",
             requests.clone(),
         );
-        let renew_latency =
-            Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]);
+        let renew_latency: Histograms = Family::new_with_constructor(renew_histogram);
         registry.register_with_unit(
             "renew_duration",
             "Latency of successful renews",
             Unit::Seconds,
             renew_latency.clone(),
         );
-        let last_renew_age = Gauge::<f64, AtomicU64>::default();
+        let last_renew_age = Family::<LeaseLabels, Gauge<f64, AtomicU64>>::default();
         registry.register_with_unit(
             "last_renew_age",
             "Time since this instance's last successful renew was sent (NaN before the first)",
             Unit::Seconds,
             last_renew_age.clone(),
         );
-        let leader_observed = Gauge::default();
+        let leader_observed = Family::<LeaseLabels, Gauge>::default();
         registry.register(
             "leader_observed",
             "1 while a live holder of the lease is observed (by any instance); 0 means nobody leads",
@@ -121,59 +138,99 @@ impl Metrics {
             "Open /events streams",
             subscribers.clone(),
         );
-        let renew_conflicts = Counter::default();
+        let renew_conflicts = Family::<LeaseLabels, Counter>::default();
         registry.register(
             "renew_conflicts",
             "Renews answered 409 because another write (a successor claim, a hand-over request, an edit) landed first; each is retried at once from the new object",
             renew_conflicts.clone(),
         );
-        let identity_conflicts = Counter::default();
+        let identity_conflicts = Family::<LeaseLabels, Counter>::default();
         registry.register(
             "identity_conflicts",
             "Other processes seen writing the lease under this instance's identity (each counted once); give each candidate a unique --identity",
             identity_conflicts.clone(),
         );
-        let lease = format!("{namespace}/{name}");
-        leading
-            .get_or_create(&LeaseLabels {
-                lease: lease.clone(),
-            })
-            .set(0);
-        last_renew_age.set(f64::NAN);
-        Self {
+        let collector_healthy = collector_health.then(|| {
+            let family = Family::<LeaseLabels, Gauge>::default();
+            registry.register(
+                "collector_healthy",
+                "1 while the collector health check (--collector-health-url) lets this instance lead or contend; 0 after its collector did not pass within the grace of a term or failed, until it passes again or the group has been leaderless for the stand-back wait",
+                family.clone(),
+            );
+            family
+        });
+        Arc::new(Self {
             registry,
-            lease,
             leading,
             transitions,
             requests,
             renew_latency,
-            last_renew: Mutex::new(None),
+            last_renews: Mutex::default(),
             last_renew_age,
             leader_observed,
             subscribers,
             identity_conflicts,
-            collector_healthy: None,
+            collector_healthy,
             renew_conflicts,
+        })
+    }
+
+    /// The handle of Lease `namespace/name`: its series exist from now on
+    /// (the counters at 0, the renew age NaN).
+    pub fn lease(self: &Arc<Self>, namespace: &str, name: &str) -> Metrics {
+        let labels = LeaseLabels {
+            lease: format!("{namespace}/{name}"),
+        };
+        self.leading.get_or_create(&labels).set(0);
+        self.leader_observed.get_or_create(&labels).set(0);
+        self.last_renew_age.get_or_create(&labels).set(f64::NAN);
+        drop(self.renew_latency.get_or_create(&labels));
+        drop(self.renew_conflicts.get_or_create(&labels));
+        drop(self.identity_conflicts.get_or_create(&labels));
+        self.last_renews
+            .lock()
+            .expect("metrics lock")
+            .push((labels.clone(), None));
+        Metrics {
+            shared: self.clone(),
+            labels,
         }
+    }
+
+    /// The exposition of every Lease in `format`, as of now.
+    pub fn encode(&self, format: Format) -> String {
+        for (labels, sent) in self.last_renews.lock().expect("metrics lock").iter() {
+            if let Some(sent) = sent {
+                let age = BootInstant::now().saturating_since(*sent);
+                self.last_renew_age
+                    .get_or_create(labels)
+                    .set(age.as_secs_f64());
+            }
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("encoding to a String cannot fail");
+        match format {
+            Format::OpenMetrics => text,
+            Format::Text004 => to_text_004(&text),
+        }
+    }
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    /// Metrics for a process of one Lease, `namespace/name`.
+    pub fn new(namespace: &str, name: &str) -> Self {
+        MetricsRegistry::new(false).lease(namespace, name)
     }
 
     /// A renew was answered 409.
     pub fn renew_conflict(&self) {
-        self.renew_conflicts.inc();
-    }
-
-    /// Adds `leader_gate_collector_healthy`, for a process that checks its
-    /// collector's health (absent otherwise, so "0" always means a failing
-    /// collector, never an unconfigured check).
-    pub fn with_collector_health(mut self) -> Self {
-        let gauge = Gauge::default();
-        self.registry.register(
-            "collector_healthy",
-            "1 while the collector health check (--collector-health-url) lets this instance lead or contend; 0 after its collector did not pass within the grace of a term or failed, until it passes again or the group has been leaderless for the stand-back wait",
-            gauge.clone(),
-        );
-        self.collector_healthy = Some(gauge);
-        self
+        self.shared
+            .renew_conflicts
+            .get_or_create(&self.labels)
+            .inc();
     }
 
     /// Counts one API request by its outcome.
@@ -182,16 +239,26 @@ impl Metrics {
             Ok(()) => "ok",
             Err(error) => error.kind(),
         };
-        self.requests
-            .get_or_create(&RequestLabels { verb, outcome })
-            .inc();
+        let labels = RequestLabels {
+            lease: self.labels.lease.clone(),
+            verb,
+            outcome,
+        };
+        self.shared.requests.get_or_create(&labels).inc();
     }
 
     /// A renew (or the acquisition, a term's first renew) succeeded: it was
     /// sent `latency` before its answer arrived.
     pub fn renewed(&self, sent: BootInstant, latency: Duration) {
-        self.renew_latency.observe(latency.as_secs_f64());
-        *self.last_renew.lock().expect("metrics lock") = Some(sent);
+        let shared = &self.shared;
+        shared
+            .renew_latency
+            .get_or_create(&self.labels)
+            .observe(latency.as_secs_f64());
+        let mut last_renews = shared.last_renews.lock().expect("metrics lock");
+        if let Some((_, last)) = last_renews.iter_mut().find(|(l, _)| *l == self.labels) {
+            *last = Some(sent);
+        }
     }
 
     /// A published event.
@@ -202,54 +269,54 @@ impl Metrics {
             EventKind::NewLeader => return,
         };
         let labels = TransitionLabels {
-            lease: self.lease.clone(),
+            lease: self.labels.lease.clone(),
             direction,
             reason: match event.kind {
                 EventKind::StartedLeading => "acquired",
                 _ => event.reason.unwrap_or("unknown"),
             },
         };
-        self.transitions.get_or_create(&labels).inc();
+        self.shared.transitions.get_or_create(&labels).inc();
     }
 
     /// `new` more processes were seen writing under this identity.
     pub fn identity_conflicts(&self, new: u64) {
-        self.identity_conflicts.inc_by(new);
+        self.shared
+            .identity_conflicts
+            .get_or_create(&self.labels)
+            .inc_by(new);
     }
 
     /// The published state.
     pub fn state(&self, leading: bool, holder_observed: bool) {
-        let labels = LeaseLabels {
-            lease: self.lease.clone(),
-        };
-        self.leading.get_or_create(&labels).set(i64::from(leading));
-        self.leader_observed.set(i64::from(holder_observed));
+        let shared = &self.shared;
+        shared
+            .leading
+            .get_or_create(&self.labels)
+            .set(i64::from(leading));
+        shared
+            .leader_observed
+            .get_or_create(&self.labels)
+            .set(i64::from(holder_observed));
     }
 
     /// The collector's health as the election last saw it.
     pub fn collector_healthy(&self, healthy: Option<bool>) {
-        if let Some(gauge) = &self.collector_healthy {
-            gauge.set(i64::from(healthy == Some(true)));
+        if let Some(family) = &self.shared.collector_healthy {
+            family
+                .get_or_create(&self.labels)
+                .set(i64::from(healthy == Some(true)));
         }
     }
 
+    /// Open `/events` streams, over every Lease of the process.
     pub fn subscribers(&self) -> &Gauge {
-        &self.subscribers
+        &self.shared.subscribers
     }
 
-    /// The exposition in `format`, as of now.
+    /// The process's whole exposition in `format` (every Lease), as of now.
     pub fn encode(&self, format: Format) -> String {
-        if let Some(sent) = *self.last_renew.lock().expect("metrics lock") {
-            let age = BootInstant::now().saturating_since(sent);
-            self.last_renew_age.set(age.as_secs_f64());
-        }
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &self.registry)
-            .expect("encoding to a String cannot fail");
-        match format {
-            Format::OpenMetrics => text,
-            Format::Text004 => to_text_004(&text),
-        }
+        self.shared.encode(format)
     }
 }
 

@@ -1,7 +1,10 @@
 //! The serving side: `leader-gate serve` and what it publishes.
 //!
-//! - [`sidecar`]: `serve` as one function — listeners, driver, servers, the
-//!   shutdown sequence and its signals.
+//! - [`sidecar`]: `serve` as one function — listeners, the Leases, servers,
+//!   the shutdown sequence and its signals.
+//! - [`lease_stack`]: one Lease of the sidecar — its driver, published
+//!   state, gates, health check, Events and routing; [`spreading`]: tells
+//!   each of several Leases what the process holds of the others.
 //! - [`published`]: the one published leadership state — the driver's
 //!   [`published::Publisher`] writes it, the handlers read it through
 //!   [`published::AppState`], and the `/leader` body is judged from it.
@@ -24,11 +27,13 @@ pub mod collector_policy;
 pub mod exposition;
 pub mod gate_acks;
 pub mod kube_events;
+pub mod lease_stack;
 pub mod metrics;
 pub mod published;
 pub mod routes;
 pub mod routing;
 pub mod server;
 pub mod sidecar;
+pub mod spreading;
 pub mod sse_route;
 pub mod transitions;

@@ -54,7 +54,7 @@ pub struct LeaderState {
 }
 
 impl LeaderState {
-    fn initial() -> Self {
+    pub(crate) fn initial() -> Self {
         Self {
             leading: false,
             holder: None,

@@ -5,6 +5,8 @@
 //! - gate router (pod-local): `GET|HEAD /leader`, `GET /events`,
 //!   `POST /gates/{gate}/closed`
 //! - admin router (kubelet, Prometheus): `/leader`, `/healthz`, `/readyz`, `/metrics`
+//! - with several Leases, each Lease's routes behind [`several`]'s
+//!   dispatcher (`/leader/{lease}`, `?lease=`), and `/leases`
 
 use std::sync::Arc;
 
@@ -19,9 +21,29 @@ use crate::serve::gate_acks;
 pub use crate::serve::published::{AppState, leader_body, write_leader_body};
 use crate::serve::sse_route;
 
-/// The gate listener's routes: `/leader`, `/events`, `/gates/{gate}/closed`. The handlers share the
-/// state behind one `Arc` (one reference count per request, not one per field).
-pub fn gate_router(app: AppState) -> Router {
+mod several;
+
+/// The gate listener's routes for the Leases `apps` (one, or several: see
+/// [`several`]).
+pub fn gate_router(apps: &[AppState]) -> Router {
+    match apps {
+        [app] => lease_gate_router(app.clone()),
+        _ => several::gate_router(apps.iter().cloned().map(lease_gate_router).collect(), apps),
+    }
+}
+
+/// The admin listener's routes for the Leases `apps`.
+pub fn admin_router(apps: &[AppState]) -> Router {
+    match apps {
+        [app] => lease_admin_router(app.clone()),
+        _ => several::admin_router(apps.iter().cloned().map(lease_admin_router).collect(), apps),
+    }
+}
+
+/// One Lease's gate routes: `/leader`, `/events`, `/gates/{gate}/closed`.
+/// The handlers share the state behind one `Arc` (one reference count per
+/// request, not one per field).
+pub fn lease_gate_router(app: AppState) -> Router {
     Router::new()
         .route("/leader", get(leader))
         .route("/events", get(sse_route::events))
@@ -29,8 +51,8 @@ pub fn gate_router(app: AppState) -> Router {
         .with_state(Arc::new(app))
 }
 
-/// The admin listener's routes: `/leader`, `/healthz`, `/readyz`, `/metrics`.
-pub fn admin_router(app: AppState) -> Router {
+/// One Lease's admin routes: `/leader`, `/healthz`, `/readyz`, `/metrics`.
+pub fn lease_admin_router(app: AppState) -> Router {
     Router::new()
         .route("/leader", get(leader))
         .route("/healthz", get(healthz))
@@ -173,7 +195,7 @@ mod tests {
 
     #[tokio::test]
     async fn leader_answers_200_with_the_contract_body_while_valid() {
-        let router = gate_router(app(leading(BootInstant::after(Duration::from_secs(10)))));
+        let router = lease_gate_router(app(leading(BootInstant::after(Duration::from_secs(10)))));
         let (status, body) = get(router, "GET", "/leader").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body["leading"], true);
@@ -195,7 +217,7 @@ mod tests {
         let _exec = acks.register("exec-1", false).unwrap();
         acks.term_changed(Some("uid/1"), true);
         acks.term_changed(Some("uid/1"), false);
-        let router = gate_router(app);
+        let router = lease_gate_router(app);
         let post = |peer: &str, path: &str| {
             let mut request = Request::builder()
                 .method("POST")
@@ -247,7 +269,7 @@ mod tests {
         use crate::serve::server::Peer;
         let app = app(leading(BootInstant::after(Duration::from_secs(10))));
         let acks = app.gate_acks.clone();
-        let router = gate_router(app);
+        let router = lease_gate_router(app);
         let subscribe = |peer: &str, path: &str| {
             let mut request = Request::builder().uri(path).body(Body::empty()).unwrap();
             request.extensions_mut().insert(Peer(peer.parse().unwrap()));
@@ -276,7 +298,7 @@ mod tests {
     async fn a_leading_snapshot_past_its_deadline_answers_503() {
         // Published as leading, but the deadline passed before the read: G2
         // says no 200 is computed after the deadline.
-        let router = gate_router(app(leading(BootInstant::now())));
+        let router = lease_gate_router(app(leading(BootInstant::now())));
         let (status, body) = get(router, "GET", "/leader").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(body["leading"], false);
@@ -286,7 +308,7 @@ mod tests {
 
     #[tokio::test]
     async fn head_leader_has_the_status_and_no_body() {
-        let router = gate_router(app(leading(BootInstant::after(Duration::from_secs(5)))));
+        let router = lease_gate_router(app(leading(BootInstant::after(Duration::from_secs(5)))));
         let (status, body) = get(router, "HEAD", "/leader").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body, serde_json::Value::Null);
@@ -299,12 +321,12 @@ mod tests {
         let (_publisher, rx) = Publisher::new(events, metrics);
         let mut app = app(rx.borrow().clone());
         app.state = rx;
-        let (status, _) = get(admin_router(app.clone()), "GET", "/readyz").await;
+        let (status, _) = get(lease_admin_router(app.clone()), "GET", "/readyz").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-        let (status, _) = get(admin_router(app.clone()), "GET", "/healthz").await;
+        let (status, _) = get(lease_admin_router(app.clone()), "GET", "/healthz").await;
         assert_eq!(status, StatusCode::OK);
         app.heartbeat.end();
-        let (status, _) = get(admin_router(app), "GET", "/healthz").await;
+        let (status, _) = get(lease_admin_router(app), "GET", "/healthz").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     }
 
@@ -315,7 +337,7 @@ mod tests {
         for value in accept {
             request = request.header(header::ACCEPT, *value);
         }
-        let response = admin_router(app)
+        let response = lease_admin_router(app)
             .oneshot(request.body(Body::empty()).unwrap())
             .await
             .unwrap();
@@ -379,10 +401,9 @@ mod tests {
         assert!(om.contains("# TYPE leader_gate_api_requests counter\n"));
         assert!(om.contains("# UNIT leader_gate_renew_duration_seconds seconds\n"));
         assert!(om.ends_with("# EOF\n"), "{om}");
-        assert!(
-            samples(&text)
-                .contains(&r#"leader_gate_api_requests_total{verb="update",outcome="ok"} 1"#)
-        );
+        assert!(samples(&text).contains(
+            &r#"leader_gate_api_requests_total{lease="ns/demo",verb="update",outcome="ok"} 1"#
+        ));
         assert_eq!(
             samples(&text),
             samples(&om),
@@ -403,7 +424,7 @@ mod tests {
     #[tokio::test]
     async fn the_gate_listener_serves_no_admin_routes() {
         for path in ["/healthz", "/readyz", "/metrics"] {
-            let router = gate_router(app(leading(BootInstant::now())));
+            let router = lease_gate_router(app(leading(BootInstant::now())));
             let (status, _) = get(router, "GET", path).await;
             assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
         }

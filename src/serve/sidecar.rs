@@ -1,38 +1,28 @@
 //! The sidecar (`leader-gate serve`) as one function: binds the listeners,
-//! starts the election driver, the collector health check and the HTTP
-//! servers, and runs the shutdown sequence on SIGTERM/SIGINT (step down,
-//! gate lag or every gate's acknowledgement, release, stop serving; a second signal exits at once). Kept in
-//! the library so the binary stays thin and the demo can run real sidecars.
+//! starts each Lease ([`LeaseStack`]) and, for several, their spreading,
+//! then the HTTP servers, and runs the shutdown sequence on SIGTERM/SIGINT
+//! (every Lease steps down, waits its gate lag or every gate's
+//! acknowledgement, releases; then serving stops; a second signal exits at
+//! once). Kept in the library so the binary stays thin and the demo can run
+//! real sidecars.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ServeConfig, resolve_namespace};
-use crate::elector::driver;
-use crate::elector::driver::Heartbeat;
-use crate::elector::incarnation::StateDir;
 use crate::elector::lease_client::{self, KubeLeaseStore};
-use crate::elector::machine::{Election, Settings};
+use crate::elector::machine::Spread;
 use crate::exit;
-use crate::serve::collector_health;
-use crate::serve::gate_acks::GateAcks;
-use crate::serve::kube_events::{self, Recorder};
-use crate::serve::metrics::Metrics;
-use crate::serve::published::Publisher;
+use crate::serve::lease_stack::{LeaseStack, Process};
+use crate::serve::metrics::MetricsRegistry;
 use crate::serve::routes::{self, AppState};
-use crate::serve::routing;
 use crate::serve::server::{self, Limits};
-use crate::serve::transitions::EventLog;
-
-/// Events kept for `Last-Event-ID` resumption.
-const EVENT_HISTORY: usize = 1024;
-/// Events a subscriber may fall behind before it is told it lagged.
-const EVENT_BUFFER: usize = 256;
+use crate::serve::spreading;
 
 /// Runs the sidecar until SIGTERM or SIGINT and the hand-over that follows;
 /// the exit code says how it ended (see [`crate::exit`]).
@@ -70,152 +60,87 @@ pub async fn run(config: ServeConfig) -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    let store = match KubeLeaseStore::new(kube_config, &namespace, &config.lease_name) {
+    let Some(first_lease) = config.leases.first() else {
+        eprintln!("leader-gate: invalid --lease-name: at least one is needed");
+        return ExitCode::from(exit::USAGE);
+    };
+    let store = match KubeLeaseStore::new(kube_config, &namespace, first_lease) {
         Ok(store) => store,
         Err(error) => {
             tracing::error!(%error, "cannot build a Kubernetes client");
             return ExitCode::from(exit::CONFIG);
         }
     };
-
-    let settings = Settings {
-        identity: config.identity.clone(),
-        namespace: namespace.clone(),
-        lease_name: config.lease_name.clone(),
-        lease_duration: config.lease_duration,
-        renew_deadline: config.renew_deadline,
-        retry_period: config.retry_period,
-    };
     tracing::info!(
         version = %env!("CARGO_PKG_VERSION"), api_server = %store.server(),
-        identity = %settings.identity, namespace = %namespace, lease = %settings.lease_name,
-        lease_duration = ?settings.lease_duration, renew_deadline = ?settings.renew_deadline,
-        retry_period = ?settings.retry_period, listen = %config.listen,
+        identity = %config.identity, namespace = %namespace, lease = %config.leases.join(","),
+        lease_duration = ?config.lease_duration, renew_deadline = ?config.renew_deadline,
+        retry_period = ?config.retry_period, listen = %config.listen,
         admin_listen = %config.admin_listen, gate_lag = ?config.shutdown.gate_lag,
         shutdown_timeout = ?config.shutdown.timeout, "leader-gate starting"
     );
-    let events = EventLog::new(&config.identity, EVENT_HISTORY, EVENT_BUFFER);
-    let mut metrics = Metrics::new(&namespace, &config.lease_name);
-    if config.collector_health.is_some() {
-        metrics = metrics.with_collector_health();
-    }
-    let metrics = Arc::new(metrics);
-    // --state-dir: locked for this process; what a previous process of this
-    // pod left there is read before anything is written.
-    let (state_dir, previous) = match &config.state_dir {
-        None => (None, None),
-        Some(dir) => match StateDir::open(dir, &namespace, &config.lease_name) {
-            Ok(state_dir) => {
-                let previous = state_dir.previous(&config.identity, &namespace, &config.lease_name);
-                (Some(state_dir), previous)
-            }
-            Err(error) => {
-                eprintln!("leader-gate: invalid --state-dir: {error}");
-                return ExitCode::from(exit::USAGE);
-            }
-        },
-    };
-    let (mut publisher, state) = Publisher::new(events.clone(), metrics.clone());
-    // Gates register here; with --gate-acks their acknowledgements may end
-    // the gate lag before a release.
-    let gate_acks = GateAcks::for_sidecar(
-        config.max_subscribers,
-        config.gate_acks,
-        config.renew_deadline,
-    );
-    if config.gate_acks {
-        publisher = publisher.with_gate_acks(gate_acks.clone());
-    }
-    if let Some(state_dir) = state_dir {
-        publisher = publisher.with_state_dir(state_dir);
-    }
-    let role = state.clone();
-    // Kubernetes Events (--record-events): queued by the publisher, sent by a
-    // task of their own on the Lease's client.
-    let mut recorder_task = None;
-    if config.record_events {
-        let subject = kube_events::Subject {
-            namespace: namespace.clone(),
-            lease_name: config.lease_name.clone(),
-            identity: config.identity.clone(),
-        };
-        let (recorder, task) = Recorder::spawn(subject, Arc::new(store.clone()));
-        publisher = publisher.with_recorder(recorder);
-        recorder_task = Some(task);
-    }
-    // Leader routing (--route-service): a task of its own on the Lease's
-    // client, following the published state like the HTTP gates.
-    let routing_task = config.route.clone().map(|options| {
-        routing::spawn(
-            store.clone(),
-            namespace.clone(),
-            options,
-            state.clone(),
-            config.retry_period,
-            config.lease_duration,
-            &gate_acks,
-        )
-    });
-    let heartbeat = Heartbeat::new();
     let stop_election = CancellationToken::new();
     let stop_serving = CancellationToken::new();
-    let app = AppState {
-        state,
-        identity: config.identity.as_str().into(),
-        namespace: namespace.as_str().into(),
-        lease_name: config.lease_name.as_str().into(),
-        heartbeat: heartbeat.clone(),
-        stuck_after: config.lease_duration,
-        events,
-        metrics,
-        subscribers: Arc::new(Semaphore::new(config.max_subscribers)),
-        keep_alive: config.events_keep_alive,
-        shutdown: stop_serving.clone(),
-        gate_acks,
+    let subscribers = Arc::new(Semaphore::new(config.max_subscribers));
+    let metrics = MetricsRegistry::new(config.collector_health.is_some());
+    let process = Process {
+        config: &config,
+        namespace: &namespace,
+        store: &store,
+        subscribers: &subscribers,
+        metrics: &metrics,
+        stop_election: &stop_election,
+        stop_serving: &stop_serving,
     };
+    // Several Leases: each election hears what this process holds of the
+    // others, from a coordinator that follows them all.
+    let several = config.leases.len() > 1;
+    let (spread_senders, spread_inputs): (Vec<_>, Vec<_>) = config
+        .leases
+        .iter()
+        .map(|_| watch::channel(Spread::default()))
+        .unzip();
+    let mut leases = Vec::with_capacity(config.leases.len());
+    for (name, spread) in config.leases.iter().zip(spread_inputs) {
+        // One state directory per Lease (each locked on its own): the
+        // directory itself for a Lease alone, a subdirectory for several.
+        let state_dir = config
+            .state_dir
+            .as_ref()
+            .map(|dir| if several { dir.join(name) } else { dir.clone() });
+        match LeaseStack::start(&process, name, state_dir, several.then_some(spread)) {
+            Ok(lease) => leases.push(lease),
+            Err(error) => {
+                eprintln!("leader-gate: {error}");
+                return ExitCode::from(exit::USAGE);
+            }
+        }
+    }
+    let _spreading = several.then(|| {
+        spreading::spawn(
+            leases.iter().map(LeaseStack::state).collect(),
+            spread_senders,
+        )
+    });
+    let apps: Vec<AppState> = leases.iter().map(|lease| lease.app.clone()).collect();
 
     spawn_heap_trim();
     let servers = [
         tokio::spawn(server::serve(
             gate,
-            routes::gate_router(app.clone()),
+            routes::gate_router(&apps),
             stop_serving.clone(),
             Limits::for_gate(config.max_subscribers),
         )),
         tokio::spawn(server::serve(
             admin,
-            routes::admin_router(app),
+            routes::admin_router(&apps),
             stop_serving.clone(),
             Limits::default(),
         )),
     ];
-    let mut election = Election::new(settings, fastrand::u64(..));
-    election.set_successor_claim_window(config.successor_claim_window);
-    if let Some(previous) = &previous {
-        let term = format!("{}/{}", previous.uid, previous.transitions);
-        match election.resume(previous, driver::now()) {
-            Ok(()) => {
-                tracing::info!(%term, "found the last write of this pod's previous process: its term resumes if the lease still shows that write")
-            }
-            Err(why) => tracing::info!(%term, "not resuming the previous process's term: {why}"),
-        }
-    }
-    let collector_health = config
-        .collector_health
-        .clone()
-        .map(|options| collector_health::spawn(options, role, stop_election.clone()));
-    let driver = tokio::spawn(driver::run(
-        Arc::new(store),
-        election,
-        publisher,
-        heartbeat,
-        stop_election.clone(),
-        config.shutdown.clone(),
-        collector_health,
-    ));
 
-    let mut driver = driver;
-    let first = match signal_or_end(signals.next(), &mut driver).await {
+    let first = match signal_or_end(signals.next(), &mut leases).await {
         Ok(first) => first,
         Err(why) => {
             // The election can only end on cancellation: anything else (a
@@ -240,27 +165,16 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     });
     let deadline = tokio::time::Instant::now() + config.shutdown.timeout;
     stop_election.cancel();
-    // The driver bounds its own hand-over by the shutdown timeout (counted
+    // Each driver bounds its own hand-over by the shutdown timeout (counted
     // from a moment later than ours: allow a grace), and only then do the
-    // event streams end, after the hand-over's events.
-    let _ = tokio::time::timeout_at(deadline + SERVER_GRACE, driver).await;
-    // The driver is done with the publisher, so the recorder's queue ends:
-    // give the last Events (the stop) their one attempt, within the bound.
-    if let Some(task) = recorder_task {
-        let _ = tokio::time::timeout_at(deadline + SERVER_GRACE, task).await;
-    }
-    // The slice no longer names this pod (it was taken out when the step-down
-    // was published, during the gate lag), or that could not be done in time.
-    if let Some(mut task) = routing_task
-        && tokio::time::timeout_at(deadline + SERVER_GRACE, &mut task)
-            .await
-            .is_err()
-    {
-        tracing::warn!(
-            "routing: the EndpointSlice could not be updated before the shutdown timeout"
-        );
-        task.abort();
-    }
+    // event streams end, after the hand-over's events. The Leases hand over
+    // side by side.
+    futures::future::join_all(
+        leases
+            .into_iter()
+            .map(|lease| lease.finish(deadline + SERVER_GRACE)),
+    )
+    .await;
     stop_serving.cancel();
     for server in servers {
         let _ = tokio::time::timeout_at(deadline + 2 * SERVER_GRACE, server).await;
@@ -269,14 +183,22 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The first signal, or why the election task ended before one came.
+/// The first signal, or why an election task ended before one came.
 async fn signal_or_end<T>(
     signal: impl Future<Output = T>,
-    task: &mut tokio::task::JoinHandle<()>,
+    leases: &mut [LeaseStack],
+) -> Result<T, String> {
+    let tasks: Vec<_> = leases.iter_mut().map(LeaseStack::driver).collect();
+    signal_or_first_end(signal, tasks).await
+}
+
+async fn signal_or_first_end<T>(
+    signal: impl Future<Output = T>,
+    tasks: Vec<&mut tokio::task::JoinHandle<()>>,
 ) -> Result<T, String> {
     tokio::select! {
         first = signal => Ok(first),
-        ended = task => Err(match ended {
+        (ended, _, _) = futures::future::select_all(tasks) => Err(match ended {
             Err(error) if error.is_panic() => format!("it panicked: {error}"),
             Err(error) => error.to_string(),
             Ok(()) => "it returned".to_owned(),
@@ -343,9 +265,15 @@ mod tests {
     async fn a_panicking_election_task_is_noticed_before_any_signal() {
         let mut task = tokio::spawn(async { panic!("boom") });
         let never = std::future::pending::<()>();
-        let why = signal_or_end(never, &mut task).await.unwrap_err();
+        let mut running = tokio::spawn(std::future::pending::<()>());
+        let why = signal_or_first_end(never, vec![&mut running, &mut task])
+            .await
+            .unwrap_err();
         assert!(why.contains("panicked"), "{why}");
         let mut running = tokio::spawn(std::future::pending::<()>());
-        assert_eq!(signal_or_end(async { 15 }, &mut running).await, Ok(15));
+        assert_eq!(
+            signal_or_first_end(async { 15 }, vec![&mut running]).await,
+            Ok(15)
+        );
     }
 }

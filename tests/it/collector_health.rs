@@ -235,7 +235,7 @@ async fn an_unhealthy_leader_steps_down_releases_and_the_healthy_peer_takes_over
     assert_eq!(new.body["collector_healthy"], true);
     let text = metrics(pods.sidecar(&leader)).await;
     assert!(
-        text.contains("\nleader_gate_collector_healthy 0\n"),
+        text.contains("\nleader_gate_collector_healthy{lease=\"collectors/cluster-metrics\"} 0\n"),
         "{text}"
     );
     assert!(
@@ -248,7 +248,7 @@ async fn an_unhealthy_leader_steps_down_releases_and_the_healthy_peer_takes_over
     assert!(
         metrics(pods.sidecar(peer))
             .await
-            .contains("\nleader_gate_collector_healthy 1\n")
+            .contains("\nleader_gate_collector_healthy{lease=\"collectors/cluster-metrics\"} 1\n")
     );
 
     // While unhealthy the old leader makes no further write.

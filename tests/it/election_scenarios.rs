@@ -951,7 +951,9 @@ async fn identity_conflicts(sidecar: &Sidecar) -> u64 {
     let metrics = sidecar.admin_get("/metrics").await.expect("metrics");
     let text = metrics.body.as_str().unwrap_or_default().to_owned();
     text.lines()
-        .find_map(|l| l.strip_prefix("leader_gate_identity_conflicts_total "))
+        .find_map(|l| l.strip_prefix("leader_gate_identity_conflicts_total{"))
+        .and_then(|l| l.split_once("} "))
+        .map(|(_, value)| value)
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no identity conflict counter in:\n{text}"))
 }

@@ -355,20 +355,26 @@ async fn metrics_parse_and_follow_the_leadership() {
     let lease = r#"lease="collectors/cluster-metrics""#;
     let m = scrape(leader_admin).await;
     assert_eq!(m[&format!("leader_gate_leading{{{lease}}}")], 1.0);
-    assert_eq!(m["leader_gate_leader_observed"], 1.0);
+    assert_eq!(m[&format!("leader_gate_leader_observed{{{lease}}}")], 1.0);
     assert_eq!(
         m[&format!(
             r#"leader_gate_transitions_total{{{lease},direction="started",reason="acquired"}}"#
         )],
         1.0
     );
-    assert!(m[r#"leader_gate_api_requests_total{verb="update",outcome="ok"}"#] >= 1.0);
-    assert!(m["leader_gate_renew_duration_seconds_count"] >= 1.0);
-    assert!(m["leader_gate_last_renew_age_seconds"] < timing.renew_deadline.as_secs_f64());
+    assert!(
+        m[&format!(r#"leader_gate_api_requests_total{{{lease},verb="update",outcome="ok"}}"#)]
+            >= 1.0
+    );
+    assert!(m[&format!("leader_gate_renew_duration_seconds_count{{{lease}}}")] >= 1.0);
+    assert!(
+        m[&format!("leader_gate_last_renew_age_seconds{{{lease}}}")]
+            < timing.renew_deadline.as_secs_f64()
+    );
     assert_eq!(m["leader_gate_event_subscribers"], 1.0);
     let f = scrape(follower_admin).await;
     assert_eq!(f[&format!("leader_gate_leading{{{lease}}}")], 0.0);
-    assert_eq!(f["leader_gate_leader_observed"], 1.0);
+    assert_eq!(f[&format!("leader_gate_leader_observed{{{lease}}}")], 1.0);
 
     w.api
         .set_fault(&leader, Fault::on(&[Verb::Update], FaultKind::Status(403)));
@@ -382,7 +388,11 @@ async fn metrics_parse_and_follow_the_leadership() {
         )],
         1.0
     );
-    assert!(m[r#"leader_gate_api_requests_total{verb="update",outcome="forbidden"}"#] >= 1.0);
+    assert!(
+        m[&format!(
+            r#"leader_gate_api_requests_total{{{lease},verb="update",outcome="forbidden"}}"#
+        )] >= 1.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

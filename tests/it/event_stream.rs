@@ -68,7 +68,7 @@ async fn serve_with(max_subscribers: usize, keep_alive: Duration, limits: Limits
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(server::serve(
         listener,
-        routes::gate_router(app),
+        routes::lease_gate_router(app),
         stop.clone(),
         limits,
     ));

@@ -31,4 +31,5 @@ mod readme_commands;
 mod resume;
 mod routing;
 mod safe_defaults;
+mod several_leases;
 mod successor;

@@ -32,7 +32,7 @@ use crate::elector::incarnation::Recorded;
 use crate::elector::lease::Lease;
 use crate::elector::lease_client::LeaseStore;
 use crate::elector::machine::{
-    Action, Election, Input, Now, Purpose, Snapshot, StopReason, Write, WriteOp,
+    Action, Election, Input, Now, Purpose, Snapshot, Spread, StopReason, Write, WriteOp,
 };
 use outage::{Outage, Tally};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -121,9 +121,18 @@ impl Heartbeat {
     }
 }
 
+/// What the election hears besides the Lease, each `None` when not used.
+#[derive(Default)]
+pub struct Inputs {
+    /// The collector's health (see [`crate::serve::collector_health`]): it
+    /// gates contention; without it the collector counts as healthy.
+    pub collector_health: Option<watch::Receiver<bool>>,
+    /// What this process holds of the other Leases of its group, for a
+    /// sidecar elected for several ([`Spread`]).
+    pub spread: Option<watch::Receiver<Spread>>,
+}
+
 /// Runs the election until `shutdown` is cancelled, then hands over.
-/// `collector_health` (see [`crate::serve::collector_health`]) gates contention;
-/// without it the collector counts as healthy.
 pub async fn run(
     store: Arc<dyn LeaseStore>,
     election: Election,
@@ -131,8 +140,12 @@ pub async fn run(
     heartbeat: Arc<Heartbeat>,
     shutdown: CancellationToken,
     options: ShutdownOptions,
-    collector_health: Option<watch::Receiver<bool>>,
+    inputs: Inputs,
 ) {
+    let Inputs {
+        collector_health,
+        spread,
+    } = inputs;
     let _ended = EndOnDrop(heartbeat.clone());
     let settings = election.settings();
     let outage = Outage::new(settings.retry_period, settings.lease_duration);
@@ -145,6 +158,7 @@ pub async fn run(
         stepped_down_at: None,
         gate_lag: options.gate_lag,
         collector_health,
+        spread,
         resumable: None,
     };
     if let Some(health) = &mut driver.collector_health {
@@ -154,6 +168,12 @@ pub async fn run(
         let actions = driver
             .election
             .handle(Input::CollectorHealth(healthy), now());
+        debug_assert!(actions.is_empty());
+    }
+    if let Some(spread) = &mut driver.spread {
+        // Likewise: holding nothing yet, the first spread asks for nothing.
+        let spread = *spread.borrow_and_update();
+        let actions = driver.election.handle(Input::Spread(spread), now());
         debug_assert!(actions.is_empty());
     }
     driver.publish_now();
@@ -176,6 +196,8 @@ struct Driver {
     gate_lag: Duration,
     /// The collector's health; `None` when not checked (or the check ended).
     collector_health: Option<watch::Receiver<bool>>,
+    /// What this process holds of its group's other Leases; `None` alone.
+    spread: Option<watch::Receiver<Spread>>,
     /// What the outlet was last told a restart may resume.
     resumable: Option<Recorded>,
 }
@@ -229,6 +251,15 @@ impl Driver {
                         tracing::error!("the collector health check stopped; counting the collector as unhealthy");
                         self.collector_health = None;
                         Input::CollectorHealth(false)
+                    }
+                },
+                spread = spread_change(&mut self.spread) => match spread {
+                    Some(spread) => Input::Spread(spread),
+                    None => {
+                        // The group's coordinator ended (shutdown is under
+                        // way, or it panicked): count nothing held elsewhere.
+                        self.spread = None;
+                        Input::Spread(Spread::default())
                     }
                 },
                 item = watch.next() => match item {
@@ -722,6 +753,18 @@ pub fn now() -> Now {
 /// ended), or never when it is not checked.
 async fn health_change(health: &mut Option<watch::Receiver<bool>>) -> Option<bool> {
     match health {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(*rx.borrow_and_update()),
+            Err(_) => None,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves with the group's spread when it changes (`None`: its
+/// coordinator ended), or never for a Lease alone.
+async fn spread_change(spread: &mut Option<watch::Receiver<Spread>>) -> Option<Spread> {
+    match spread {
         Some(rx) => match rx.changed().await {
             Ok(()) => Some(*rx.borrow_and_update()),
             Err(_) => None,

@@ -366,7 +366,10 @@ impl Candidate {
             Heartbeat::new(),
             stop.clone(),
             options,
-            health,
+            Inputs {
+                collector_health: health,
+                spread: None,
+            },
         ));
         Self {
             stop,

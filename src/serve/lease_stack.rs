@@ -1,0 +1,230 @@
+//! One Lease of a sidecar: everything `serve` runs once per Lease — its
+//! election driver, published state and event log, the gates registered
+//! for its terms, its collector health check, Kubernetes Events and leader
+//! routing — and what its handlers read ([`AppState`]). The process around
+//! it (signals, listeners, the spread of several Leases) is
+//! [`crate::serve::sidecar`]'s.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::config::ServeConfig;
+use crate::elector::driver::{self, Heartbeat, Inputs};
+use crate::elector::incarnation::StateDir;
+use crate::elector::lease_client::KubeLeaseStore;
+use crate::elector::machine::{Election, Settings, Spread};
+use crate::serve::collector_health;
+use crate::serve::gate_acks::GateAcks;
+use crate::serve::kube_events::{self, Recorder};
+use crate::serve::metrics::MetricsRegistry;
+use crate::serve::published::{AppState, LeaderState, Publisher};
+use crate::serve::routing;
+use crate::serve::transitions::EventLog;
+
+/// Events kept for `Last-Event-ID` resumption.
+const EVENT_HISTORY: usize = 1024;
+/// Events a subscriber may fall behind before it is told it lagged.
+const EVENT_BUFFER: usize = 256;
+
+/// What every Lease of one process shares.
+pub struct Process<'a> {
+    pub config: &'a ServeConfig,
+    pub namespace: &'a str,
+    /// The client, shared by every Lease (one connection pool, one set of
+    /// credentials reloaded for all).
+    pub store: &'a KubeLeaseStore,
+    /// `/events` streams open at once, over every Lease.
+    pub subscribers: &'a Arc<Semaphore>,
+    /// Every Lease's metrics, in one exposition.
+    pub metrics: &'a Arc<MetricsRegistry>,
+    pub stop_election: &'a CancellationToken,
+    pub stop_serving: &'a CancellationToken,
+}
+
+/// One running Lease.
+pub struct LeaseStack {
+    pub app: AppState,
+    driver: JoinHandle<()>,
+    recorder: Option<JoinHandle<()>>,
+    routing: Option<JoinHandle<()>>,
+}
+
+impl LeaseStack {
+    /// Starts the election of `name` and what follows it. `spread`: what
+    /// the process holds of its other Leases (`None` for a Lease alone).
+    /// `Err`: a refused `--state-dir`, said in the message.
+    pub fn start(
+        process: &Process<'_>,
+        name: &str,
+        state_dir: Option<PathBuf>,
+        spread: Option<watch::Receiver<Spread>>,
+    ) -> Result<Self, String> {
+        let Process {
+            config,
+            namespace,
+            store,
+            subscribers,
+            stop_election,
+            stop_serving,
+            ..
+        } = *process;
+        let store = store.for_lease(name);
+        let settings = Settings {
+            identity: config.identity.clone(),
+            namespace: namespace.to_owned(),
+            lease_name: name.to_owned(),
+            lease_duration: config.lease_duration,
+            renew_deadline: config.renew_deadline,
+            retry_period: config.retry_period,
+        };
+        let events = EventLog::new(&config.identity, EVENT_HISTORY, EVENT_BUFFER);
+        let metrics = Arc::new(process.metrics.lease(namespace, name));
+        // --state-dir: locked for this process; what a previous process of
+        // this pod left there is read before anything is written.
+        let (state_dir, previous) = match &state_dir {
+            None => (None, None),
+            Some(dir) => {
+                let state_dir = StateDir::open(dir, namespace, name)
+                    .map_err(|error| format!("invalid --state-dir: {error}"))?;
+                let previous = state_dir.previous(&config.identity, namespace, name);
+                (Some(state_dir), previous)
+            }
+        };
+        let (mut publisher, state) = Publisher::new(events.clone(), metrics.clone());
+        // Gates register here; with --gate-acks their acknowledgements may
+        // end the gate lag before a release.
+        let gate_acks = GateAcks::for_sidecar(
+            config.max_subscribers,
+            config.gate_acks,
+            config.renew_deadline,
+        );
+        if config.gate_acks {
+            publisher = publisher.with_gate_acks(gate_acks.clone());
+        }
+        if let Some(state_dir) = state_dir {
+            publisher = publisher.with_state_dir(state_dir);
+        }
+        // Kubernetes Events (--record-events): queued by the publisher, sent
+        // by a task of their own on the Lease's client.
+        let mut recorder = None;
+        if config.record_events {
+            let subject = kube_events::Subject {
+                namespace: namespace.to_owned(),
+                lease_name: name.to_owned(),
+                identity: config.identity.clone(),
+            };
+            let (queue, task) = Recorder::spawn(subject, Arc::new(store.clone()));
+            publisher = publisher.with_recorder(queue);
+            recorder = Some(task);
+        }
+        // Leader routing (--route-service): a task of its own on the Lease's
+        // client, following the published state like the HTTP gates.
+        let routing = config.route.clone().map(|options| {
+            routing::spawn(
+                store.clone(),
+                namespace.to_owned(),
+                options,
+                state.clone(),
+                config.retry_period,
+                config.lease_duration,
+                &gate_acks,
+            )
+        });
+        let heartbeat = Heartbeat::new();
+        let app = AppState {
+            state: state.clone(),
+            identity: config.identity.as_str().into(),
+            namespace: namespace.into(),
+            lease_name: name.into(),
+            heartbeat: heartbeat.clone(),
+            stuck_after: config.lease_duration,
+            events,
+            metrics,
+            subscribers: subscribers.clone(),
+            keep_alive: config.events_keep_alive,
+            shutdown: stop_serving.clone(),
+            gate_acks,
+        };
+        let mut election = Election::new(settings, fastrand::u64(..));
+        election.set_successor_claim_window(config.successor_claim_window);
+        if let Some(previous) = &previous {
+            let term = format!("{}/{}", previous.uid, previous.transitions);
+            match election.resume(previous, driver::now()) {
+                Ok(()) => {
+                    tracing::info!(lease = name, %term, "found the last write of this pod's previous process: its term resumes if the lease still shows that write")
+                }
+                Err(why) => {
+                    tracing::info!(lease = name, %term, "not resuming the previous process's term: {why}")
+                }
+            }
+        }
+        let collector_health = config
+            .collector_health
+            .clone()
+            .map(|options| collector_health::spawn(options, state, stop_election.clone()));
+        let election_task = driver::run(
+            Arc::new(store),
+            election,
+            publisher,
+            heartbeat,
+            stop_election.clone(),
+            config.shutdown.clone(),
+            Inputs {
+                collector_health,
+                spread: spread.clone(),
+            },
+        );
+        // With several Leases, every line the election logs names its Lease.
+        let driver = if spread.is_some() {
+            tokio::spawn(election_task.instrument(tracing::info_span!("lease", name)))
+        } else {
+            tokio::spawn(election_task)
+        };
+        Ok(Self {
+            app,
+            driver,
+            recorder,
+            routing,
+        })
+    }
+
+    /// The published state, as the handlers read it.
+    pub fn state(&self) -> watch::Receiver<LeaderState> {
+        self.app.state.clone()
+    }
+
+    /// The election task, to notice that it ended before a signal.
+    pub fn driver(&mut self) -> &mut JoinHandle<()> {
+        &mut self.driver
+    }
+
+    /// After `stop_election`: waits for the hand-over (bounded by the
+    /// driver's own shutdown timeout, `until` is the grace beyond it), then
+    /// for the last Kubernetes Events and the routing slice's update.
+    pub async fn finish(self, until: tokio::time::Instant) {
+        let name = self.app.lease_name.clone();
+        let _ = tokio::time::timeout_at(until, self.driver).await;
+        // The driver is done with the publisher, so the recorder's queue
+        // ends: give the last Events (the stop) their one attempt.
+        if let Some(task) = self.recorder {
+            let _ = tokio::time::timeout_at(until, task).await;
+        }
+        // The slice no longer names this pod (it was taken out when the
+        // step-down was published, during the gate lag), or that could not
+        // be done in time.
+        if let Some(mut task) = self.routing
+            && tokio::time::timeout_at(until, &mut task).await.is_err()
+        {
+            tracing::warn!(
+                lease = %name,
+                "routing: the EndpointSlice could not be updated before the shutdown timeout"
+            );
+            task.abort();
+        }
+    }
+}
