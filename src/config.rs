@@ -1070,11 +1070,47 @@ mod tests {
                 &["--route-service", "9statsd", "--pod-ip", "10.1.2.3"],
                 "invalid --route-service: \"9statsd\" must be a Service name",
             ),
+            (&["--shards", "0"], "invalid --shards: must be at least 1"),
+            (&["--shards", "65"], "invalid --shards: 65 is more than 64"),
+            (
+                &["--lease-name", "other", "--shards", "2"],
+                "invalid --shards: takes exactly one --lease-name, the base of the shards' names",
+            ),
+            (
+                &["--lease-name", "other,demo"],
+                "invalid --lease-name: \"demo\" is named twice",
+            ),
+            (
+                &["--lease-name", "Other"],
+                "invalid --lease-name: \"Other\" must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending alphanumeric, at most 253 characters)",
+            ),
+            (
+                &[
+                    "--lease-name",
+                    "b",
+                    "--route-service",
+                    "statsd",
+                    "--pod-ip",
+                    "10.1.2.3",
+                ],
+                "invalid --route-service: routes a Service to the holder of one Lease: it cannot be used with several Leases",
+            ),
         ];
         for (extra, expected) in cases {
             let error = args(extra).unwrap_err();
             assert!(error.starts_with(expected), "{extra:?}: {error}");
         }
+    }
+
+    #[test]
+    fn several_leases_are_named_in_order_repeated_by_commas_or_as_shards() {
+        let leases = |extra: &[&str]| args(extra).unwrap().leases;
+        assert_eq!(leases(&[]), ["demo"]);
+        assert_eq!(
+            leases(&["--lease-name", "b,c", "--lease-name", "d"]),
+            ["demo", "b", "c", "d"]
+        );
+        assert_eq!(leases(&["--shards", "3"]), ["demo-0", "demo-1", "demo-2"]);
     }
 
     #[test]
