@@ -57,12 +57,36 @@ pub struct InstallArgs {
     pub dest: std::path::PathBuf,
 }
 
-/// What every client takes: the sidecar's gate listener.
+/// What every client takes: the sidecar's gate listener, and which of its
+/// Leases to follow.
 #[derive(Debug, Args)]
 pub struct ClientArgs {
     /// The sidecar's gate listener (a trailing /events or /leader is accepted).
     #[arg(long, env = "LEADER_GATE_URL", default_value = DEFAULT_URL, value_parser = GateUrl::parse)]
     pub url: GateUrl,
+
+    /// The Lease to follow, when the sidecar contends for several (one of
+    /// its --lease-name, or NAME-I of its --shards).
+    #[arg(long, env = "LEADER_GATE_LEASE", value_parser = parse_lease)]
+    pub lease: Option<String>,
+}
+
+impl ClientArgs {
+    /// The listener, following the Lease asked for.
+    pub fn gate(self) -> GateUrl {
+        self.url.for_lease(self.lease)
+    }
+}
+
+/// A `--lease` of a client: a Lease name as `serve` would take it.
+fn parse_lease(text: &str) -> Result<String, String> {
+    if is_dns1123_subdomain(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a Lease name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.')"
+        ))
+    }
 }
 
 #[derive(Debug, Args)]

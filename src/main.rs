@@ -10,8 +10,7 @@ use clap::error::ErrorKind;
 
 use leader_gate::client::{exec, file_gate, status, watch};
 use leader_gate::config::{
-    Cli, ClientArgs, Command, ExecArgs, FileGateArgs, InstallArgs, LogFormat, WaitArgs, WatchArgs,
-    usage_error,
+    Cli, Command, ExecArgs, FileGateArgs, InstallArgs, LogFormat, WaitArgs, WatchArgs, usage_error,
 };
 use leader_gate::duration::HumanDuration;
 use leader_gate::exit;
@@ -69,7 +68,7 @@ async fn run_client(command: Command) -> ExitCode {
         }
         Command::Watch(WatchArgs { client, json }) => {
             // Returns only when the output closed (the reader of a pipe exited).
-            let _closed = watch::run(client.url, json, std::io::stdout()).await;
+            let _closed = watch::run(client.gate(), json, std::io::stdout()).await;
             ExitCode::SUCCESS
         }
         Command::Exec(ExecArgs {
@@ -86,7 +85,7 @@ async fn run_client(command: Command) -> ExitCode {
                 }
             }
             let options = exec::ExecOptions {
-                url: client.url,
+                url: client.gate(),
                 grace,
                 command,
             };
@@ -105,7 +104,7 @@ async fn run_client(command: Command) -> ExitCode {
             mappings,
         }) => {
             let options = file_gate::FileGateOptions {
-                url: client.url,
+                url: client.gate(),
                 reload: reload_url,
                 mode,
                 mappings,
@@ -113,8 +112,8 @@ async fn run_client(command: Command) -> ExitCode {
             file_gate::run(options).await;
             ExitCode::SUCCESS
         }
-        Command::Status(ClientArgs { url }) => {
-            let (verdict, text) = status::status(&url).await;
+        Command::Status(client) => {
+            let (verdict, text) = status::status(&client.gate()).await;
             match verdict {
                 status::Status::Unknown => eprintln!("leader-gate status: {text}"),
                 _ => println!("{text}"),
@@ -132,7 +131,7 @@ async fn run_client(command: Command) -> ExitCode {
             }
         },
         Command::Wait(WaitArgs { client, timeout }) => {
-            if status::wait(client.url, timeout).await {
+            if status::wait(client.gate(), timeout).await {
                 ExitCode::SUCCESS
             } else {
                 match timeout {

@@ -1,7 +1,9 @@
 //! `leader-gate exec -- COMMAND [ARGS…]`: runs an unmodified collector only
 //! while the sidecar says this pod leads, by the validity rule of [`feed`].
 //!
-//! The child starts on leadership, with the term id in `LEADER_GATE_TERM`;
+//! The child starts on leadership, with the term id in `LEADER_GATE_TERM`
+//! and its Lease's shard as [`place`] gives it (also `${…}` in its
+//! arguments);
 //! when leadership ends or can no longer be confirmed its process group gets
 //! SIGTERM, then SIGKILL after the grace period, and is reaped before a new
 //! term may start another child, so two terms' children never overlap. A
@@ -21,9 +23,11 @@
 //! left, and every orphan is reaped whenever it exits.
 //!
 //! [`feed`]: crate::client::feed
+//! [`place`]: crate::client::place
 //! [`process_tree`]: crate::client::process_tree
 
 use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::Duration;
@@ -32,6 +36,7 @@ use tokio::signal::unix::{Signal as UnixSignal, SignalKind, signal};
 use tokio::time::{Instant, sleep};
 
 use crate::client::feed::Feed;
+use crate::client::place::Place;
 use crate::client::process_tree::{self, Tree};
 use crate::client::url::GateUrl;
 
@@ -175,7 +180,7 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
             None => {
                 if let Some(term) = valid_term {
                     unacknowledged = None;
-                    running = Some(start(&options.command, term)?);
+                    running = Some(start(&options.command, term, feed.place())?);
                 }
             }
             Some(_) => {}
@@ -209,9 +214,24 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
     }
 }
 
-fn start(command: &[OsString], term: String) -> Result<Running, ExecError> {
+/// Starts the command for `term`; with the Lease's `place`, in its
+/// environment and substituted in its arguments.
+fn start(command: &[OsString], term: String, place: Option<&Place>) -> Result<Running, ExecError> {
     let mut cmd = Command::new(&command[0]);
-    cmd.args(&command[1..]).env(TERM_ENV, &term);
+    cmd.env(TERM_ENV, &term);
+    match place {
+        Some(place) => {
+            cmd.envs(place.vars());
+            cmd.args(
+                command[1..]
+                    .iter()
+                    .map(|arg| OsString::from_vec(place.substitute(arg.as_bytes()))),
+            );
+        }
+        None => {
+            cmd.args(&command[1..]);
+        }
+    }
     let tree = Tree::spawn(&mut cmd).map_err(|error| {
         log(&format!("cannot start {:?}: {error}", command[0]));
         ExecError::NotFound(command[0].to_string_lossy().into_owned())

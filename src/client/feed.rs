@@ -28,6 +28,7 @@ use serde_json::Value;
 use tokio::time::{Instant, sleep_until};
 
 use crate::backoff::Backoff;
+use crate::client::place::Place;
 use crate::client::sse_reader::{SseMessage, SseParser};
 use crate::client::url::GateUrl;
 use crate::clock::{BootInstant, boot_clock_id};
@@ -140,6 +141,8 @@ pub struct Feed {
     silent: bool,
     /// The last term the sidecar itself said had stopped.
     stopped: Option<String>,
+    /// The Lease the sidecar's events said they are of, and its place.
+    place: Option<Place>,
 }
 
 struct Stream {
@@ -166,6 +169,7 @@ impl Feed {
             gate: None,
             silent: false,
             stopped: None,
+            place: None,
         }
     }
 
@@ -203,7 +207,7 @@ impl Feed {
     ) -> impl Future<Output = Result<String, String>> + Send + 'static {
         let request = self.gate.as_ref().filter(|_| !self.silent).map(|gate| {
             let endpoint = format!("/gates/{gate}/closed?term={}", query_escape(&term));
-            (self.url.clone(), endpoint)
+            (self.url.clone(), self.url.of_lease(&endpoint))
         });
         async move {
             let Some((url, endpoint)) = request else {
@@ -220,6 +224,11 @@ impl Feed {
                 )),
             }
         }
+    }
+
+    /// The followed Lease and its shard, once the sidecar named them.
+    pub fn place(&self) -> Option<&Place> {
+        self.place.as_ref()
     }
 
     /// The leadership this client may act on now, if any.
@@ -294,11 +303,11 @@ impl Feed {
         if let Some(id) = last_id.as_deref() {
             headers.push(("last-event-id", id));
         }
-        let endpoint = match &self.gate {
+        let endpoint = self.url.of_lease(&match &self.gate {
             Some(gate) if self.silent => format!("/events?gate={gate}&acknowledges=false"),
             Some(gate) => format!("/events?gate={gate}"),
             None => "/events".to_owned(),
-        };
+        });
         let result = self
             .url
             .send(Method::GET, &endpoint, &headers, CONNECT_TIMEOUT)
@@ -314,11 +323,21 @@ impl Feed {
                 self.down_reported = false;
                 self.ready.push_back(Signal::Connected);
             }
-            Ok(response) => self.lost(format!(
-                "the sidecar at {} answered {} to /events",
-                self.url.authority(),
-                response.status()
-            )),
+            Ok(response) => {
+                // Its words say what is wrong (a Lease to name, say); an
+                // answer that does not end soon is not waited for.
+                let status = response.status();
+                let body = tokio::time::timeout(CONNECT_TIMEOUT, response.into_body().collect())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|body| String::from_utf8_lossy(&body.to_bytes()).trim().to_owned())
+                    .unwrap_or_default();
+                self.lost(format!(
+                    "the sidecar at {} answered {status} to {endpoint}: {body}",
+                    self.url.authority(),
+                ))
+            }
             Err(error) => self.lost(error.to_string()),
         }
     }
@@ -340,7 +359,20 @@ impl Feed {
             self.last_id.clone_from(&message.sse.id);
         }
         let data = &message.data;
+        let lease = &data["lease"];
+        if let Some(name) = lease["name"].as_str() {
+            self.place = Some(Place {
+                lease: name.to_owned(),
+                shard: lease["shard"].as_u64().unwrap_or(0),
+                shards: lease["shards"].as_u64().unwrap_or(1),
+            });
+        }
+        // Following one Lease of several: only what names it counts.
+        let ours = self.url.lease().is_none_or(|name| lease["name"] == name);
         let confirmed = || {
+            if !ours {
+                return None;
+            }
             let term = data["term"].as_str()?;
             let until = validity_end(data, received, self.boot_clock)?;
             Some(Validity {

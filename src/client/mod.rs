@@ -6,6 +6,8 @@
 //! - [`feed`]: the one consumer of `/events` that applies the validity rule
 //!   (leadership ends at *receive time + valid_for_ms* unless renewed, and at
 //!   once on `stopped-leading`); every gate below is built on it.
+//! - [`place`]: the Lease a client gates and its shard, as the gated
+//!   collector gets them (environment, `${…}` substitution).
 //! - [`watch`]: `leader-gate watch`, one line per event.
 //! - [`status`]: `leader-gate status` and `leader-gate wait`.
 //! - [`exec`]: `leader-gate exec -- COMMAND`, a child that runs only while leading.
@@ -21,6 +23,7 @@ pub mod death_guard;
 pub mod exec;
 pub mod feed;
 pub mod file_gate;
+pub mod place;
 pub mod process_tree;
 pub mod sse_reader;
 pub mod status;

@@ -27,13 +27,15 @@ pub enum Status {
 
 /// Asks `GET /leader` once; returns the verdict and what to print.
 pub async fn status(url: &GateUrl) -> (Status, String) {
-    let (status, body) = match url.fetch(Method::GET, "/leader", STATUS_TIMEOUT).await {
+    let (status, body) = match url.fetch(Method::GET, &url.leader(), STATUS_TIMEOUT).await {
         Ok(answer) => answer,
         Err(error) => return (Status::Unknown, format!("cannot ask the sidecar: {error}")),
     };
     let text = String::from_utf8_lossy(&body).trim().to_owned();
+    // Asked of one Lease, the answer must be about it.
     let leading = serde_json::from_str::<Value>(&text)
         .ok()
+        .filter(|body| url.lease().is_none_or(|name| body["lease"]["name"] == name))
         .and_then(|body| body["leading"].as_bool());
     let verdict = match (status, leading) {
         (200, Some(true)) => Status::Leading,

@@ -1,5 +1,6 @@
 //! The sidecar's gate listener as clients address it (`--url`, default
-//! `http://127.0.0.1:4040`, also `$LEADER_GATE_URL`), and the few plain
+//! `http://127.0.0.1:4040`, also `$LEADER_GATE_URL`), the one of its Leases
+//! a client follows (`--lease`, for a sidecar of several), and the few plain
 //! HTTP/1.1 requests clients make.
 
 use std::time::Duration;
@@ -39,6 +40,8 @@ pub struct GateUrl {
     port: u16,
     /// The path prefix, without a trailing slash (usually empty).
     prefix: String,
+    /// The Lease followed, when the sidecar contends for several.
+    lease: Option<String>,
 }
 
 impl GateUrl {
@@ -63,7 +66,38 @@ impl GateUrl {
                 .to_owned(),
             port: uri.port_u16().unwrap_or(80),
             prefix: prefix.to_owned(),
+            lease: None,
         })
+    }
+
+    /// This listener, following Lease `lease` of a sidecar of several
+    /// (`None`: the sidecar's only Lease).
+    pub fn for_lease(mut self, lease: Option<String>) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The Lease followed, if named.
+    pub fn lease(&self) -> Option<&str> {
+        self.lease.as_deref()
+    }
+
+    /// The endpoint of the followed Lease's `/leader`.
+    pub fn leader(&self) -> String {
+        match &self.lease {
+            Some(lease) => format!("/leader/{lease}"),
+            None => "/leader".to_owned(),
+        }
+    }
+
+    /// `endpoint` (a path, perhaps with a query) for the followed Lease:
+    /// `lease=NAME` added to its query.
+    pub fn of_lease(&self, endpoint: &str) -> String {
+        match &self.lease {
+            Some(lease) if endpoint.contains('?') => format!("{endpoint}&lease={lease}"),
+            Some(lease) => format!("{endpoint}?lease={lease}"),
+            None => endpoint.to_owned(),
+        }
     }
 
     /// Any other plain-HTTP URL, taken as it is (e.g. a collector's
@@ -174,6 +208,16 @@ mod tests {
             assert_eq!(url.path("/events"), "/events", "{text}");
             assert_eq!(url.authority(), "127.0.0.1:4040", "{text}");
         }
+        let url = GateUrl::parse("http://127.0.0.1:4040").unwrap();
+        assert_eq!(url.leader(), "/leader");
+        assert_eq!(url.of_lease("/events?gate=g"), "/events?gate=g");
+        let shard = url.for_lease(Some("ksm-2".into()));
+        assert_eq!(shard.leader(), "/leader/ksm-2");
+        assert_eq!(shard.of_lease("/events"), "/events?lease=ksm-2");
+        assert_eq!(
+            shard.of_lease("/events?gate=g"),
+            "/events?gate=g&lease=ksm-2"
+        );
         let prefixed = GateUrl::parse("http://gate.local/pod-a/events").unwrap();
         assert_eq!(prefixed.path("/leader"), "/pod-a/leader");
         assert_eq!(prefixed.authority(), "gate.local:80");

@@ -9,6 +9,7 @@ use std::io::Write;
 use serde_json::{Value, json};
 
 use crate::client::feed::{Feed, LocalStop, Message, Signal};
+use crate::client::place::Place;
 use crate::client::sse_reader::SseMessage;
 use crate::client::url::GateUrl;
 use crate::clock::{format_micro_time, wall_micros};
@@ -26,7 +27,7 @@ pub async fn run(url: GateUrl, json: bool, mut out: impl Write) -> std::io::Erro
                 }
                 event_line(&message, json)
             }
-            Signal::Expired { term, reason } => local_stop_line(&term, reason, json),
+            Signal::Expired { term, reason } => local_stop_line(&term, reason, feed.place(), json),
             Signal::Connected => continue,
             Signal::Disconnected(why) => {
                 eprintln!("leader-gate watch: {why}; reconnecting");
@@ -48,10 +49,10 @@ fn event_line(message: &Message, json: bool) -> String {
 }
 
 /// The line for a stop decided here: the same shape as the sidecar's
-/// `stopped-leading`, with `"local": true`.
-fn local_stop_line(term: &str, reason: LocalStop, json: bool) -> String {
+/// `stopped-leading` (of the Lease its events named), with `"local": true`.
+fn local_stop_line(term: &str, reason: LocalStop, place: Option<&Place>, json: bool) -> String {
     let now = wall_micros();
-    let data = json!({
+    let mut data = json!({
         "type": "stopped-leading",
         "term": term,
         "reason": reason.as_str(),
@@ -59,6 +60,9 @@ fn local_stop_line(term: &str, reason: LocalStop, json: bool) -> String {
         "published_at_us": now,
         "published_at": format_micro_time(now),
     });
+    if let Some(place) = place {
+        data["lease"] = json!({"name": place.lease, "shard": place.shard, "shards": place.shards});
+    }
     let sse = SseMessage {
         id: None,
         event: "stopped-leading".into(),
@@ -92,6 +96,12 @@ pub fn human_line(message: &SseMessage) -> String {
         .or_else(|| field("since"))
         .unwrap_or_default();
     let mut line = format!("{time} {}", message.event);
+    // Which Lease, when the sidecar has several.
+    if data["lease"]["shards"].as_u64().is_some_and(|n| n > 1)
+        && let Some(lease) = data["lease"]["name"].as_str()
+    {
+        line.push_str(&format!(" lease={lease}"));
+    }
     for name in [
         "leading",
         "term",
@@ -134,16 +144,42 @@ mod tests {
     #[test]
     fn a_local_stop_is_marked_as_local() {
         let line: Value =
-            serde_json::from_str(&local_stop_line("u/1", LocalStop::StreamLost, true)).unwrap();
+            serde_json::from_str(&local_stop_line("u/1", LocalStop::StreamLost, None, true))
+                .unwrap();
         assert_eq!(line["local"], true);
         assert_eq!(line["event"], "stopped-leading");
         assert_eq!(line["id"], Value::Null);
         assert_eq!(line["data"]["reason"], "stream-lost");
         assert_eq!(line["data"]["term"], "u/1");
-        let human = local_stop_line("u/1", LocalStop::ValidityExpired, false);
+        let human = local_stop_line("u/1", LocalStop::ValidityExpired, None, false);
         assert!(
             human.ends_with(" stopped-leading term=u/1 reason=validity-expired local=true"),
             "{human}"
         );
+    }
+
+    #[test]
+    fn a_lease_of_several_is_named_and_a_lease_alone_is_not() {
+        let shard = |shards| Place {
+            lease: "ksm-1".into(),
+            shard: 1,
+            shards,
+        };
+        let line: Value = serde_json::from_str(&local_stop_line(
+            "u/1",
+            LocalStop::StreamLost,
+            Some(&shard(3)),
+            true,
+        ))
+        .unwrap();
+        assert_eq!(line["data"]["lease"]["name"], "ksm-1");
+        assert_eq!(line["data"]["lease"]["shard"], 1);
+        let several = local_stop_line("u/1", LocalStop::StreamLost, Some(&shard(3)), false);
+        assert!(
+            several.contains(" stopped-leading lease=ksm-1 term=u/1 "),
+            "{several}"
+        );
+        let alone = local_stop_line("u/1", LocalStop::StreamLost, Some(&shard(1)), false);
+        assert!(!alone.contains("lease="), "{alone}");
     }
 }

@@ -31,6 +31,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::watch;
 
 use crate::serve::published::AppState;
+use crate::serve::routes::not_this_lease;
 use crate::serve::server::Peer;
 
 /// The registry of one sidecar.
@@ -362,6 +363,9 @@ pub async fn closed(
             "acknowledgements are taken from this pod only (a loopback address)\n",
         )
             .into_response();
+    }
+    if let Some(refusal) = not_this_lease(&app, uri.query()) {
+        return refusal;
     }
     let Some(term) = query_param(uri.query(), "term") else {
         return (StatusCode::BAD_REQUEST, "missing ?term=TERM\n").into_response();

@@ -234,6 +234,7 @@ mod tests {
 
     use super::*;
     use crate::elector::api_error::Forbidden;
+    use crate::serve::transitions::LeaseLabel;
 
     fn subject() -> Subject {
         Subject {
@@ -254,6 +255,7 @@ mod tests {
             holder: None,
             published_at_us: 0,
             published_at: String::new(),
+            lease: LeaseLabel::alone("monitoring", "metricbeat-leader"),
         }
     }
 

@@ -24,7 +24,7 @@ use crate::serve::kube_events::{self, Recorder};
 use crate::serve::metrics::MetricsRegistry;
 use crate::serve::published::{AppState, LeaderState, Publisher};
 use crate::serve::routing;
-use crate::serve::transitions::EventLog;
+use crate::serve::transitions::{EventLog, LeaseLabel};
 
 /// Events kept for `Last-Event-ID` resumption.
 const EVENT_HISTORY: usize = 1024;
@@ -55,12 +55,14 @@ pub struct LeaseStack {
 }
 
 impl LeaseStack {
-    /// Starts the election of `name` and what follows it. `spread`: what
+    /// Starts the election of `name`, the `shard`th of the process's
+    /// Leases, and what follows it. `spread`: what
     /// the process holds of its other Leases (`None` for a Lease alone).
     /// `Err`: a refused `--state-dir`, said in the message.
     pub fn start(
         process: &Process<'_>,
         name: &str,
+        shard: usize,
         state_dir: Option<PathBuf>,
         spread: Option<watch::Receiver<Spread>>,
     ) -> Result<Self, String> {
@@ -82,7 +84,13 @@ impl LeaseStack {
             renew_deadline: config.renew_deadline,
             retry_period: config.retry_period,
         };
-        let events = EventLog::new(&config.identity, EVENT_HISTORY, EVENT_BUFFER);
+        let place = LeaseLabel {
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
+            shard,
+            shards: config.leases.len(),
+        };
+        let events = EventLog::new(&config.identity, place, EVENT_HISTORY, EVENT_BUFFER);
         let metrics = Arc::new(process.metrics.lease(namespace, name));
         // --state-dir: locked for this process; what a previous process of
         // this pod left there is read before anything is written.

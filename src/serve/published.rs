@@ -51,6 +51,9 @@ pub struct LeaderState {
     pub observed: bool,
     /// Whether the collector passes its health check; `None` without one.
     pub collector_healthy: Option<bool>,
+    /// The successor named in the Lease, as observed: what spreading several
+    /// Leases needs to know of the others (not in the `/leader` body).
+    pub successor: Option<String>,
 }
 
 impl LeaderState {
@@ -66,6 +69,7 @@ impl LeaderState {
             last_term: None,
             observed: false,
             collector_healthy: None,
+            successor: None,
         }
     }
 
@@ -103,6 +107,8 @@ pub struct LeaderBody<'a> {
 pub struct LeaseRef<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
+    pub shard: usize,
+    pub shards: usize,
 }
 
 /// The election's side of the published state: the snapshot for readers,
@@ -196,6 +202,7 @@ impl Publisher {
                 last_term: ended.or_else(|| state.last_term.clone()),
                 observed: snapshot.observed,
                 collector_healthy: snapshot.collector_healthy,
+                successor: snapshot.successor.clone(),
             };
             let changed = *state != next;
             if changed {
@@ -362,11 +369,7 @@ pub fn write_leader_body(
     json_str(out, state.last_term.as_deref());
     out.extend_from_slice(b",\"leading\":");
     out.extend_from_slice(if leading { b"true" } else { b"false" });
-    out.extend_from_slice(b",\"lease\":{\"name\":");
-    json_str(out, Some(&app.lease_name));
-    out.extend_from_slice(b",\"namespace\":");
-    json_str(out, Some(&app.namespace));
-    out.extend_from_slice(b"}");
+    write_lease(out, app);
     if let Some((missed, published_at_us)) = extras {
         out.extend_from_slice(b",\"may_have_missed_events\":");
         out.extend_from_slice(if missed { b"true" } else { b"false" });
@@ -388,6 +391,21 @@ pub fn write_leader_body(
     }
     out.push(b'}');
     leading
+}
+
+/// `,"lease":{…}`: which Lease this is, and its place among the sidecar's
+/// ([`LeaseLabel`](crate::serve::transitions::LeaseLabel), keys sorted).
+pub fn write_lease(out: &mut Vec<u8>, app: &AppState) {
+    let place = app.events.lease();
+    out.extend_from_slice(b",\"lease\":{\"name\":");
+    json_str(out, Some(&app.lease_name));
+    out.extend_from_slice(b",\"namespace\":");
+    json_str(out, Some(&app.namespace));
+    out.extend_from_slice(b",\"shard\":");
+    out.extend_from_slice(itoa::Buffer::new().format(place.shard).as_bytes());
+    out.extend_from_slice(b",\"shards\":");
+    out.extend_from_slice(itoa::Buffer::new().format(place.shards).as_bytes());
+    out.push(b'}');
 }
 
 /// `,"valid_until":…`: the step-down deadline on this node's boot clock,
@@ -444,6 +462,8 @@ pub fn leader_body(app: &AppState, state: &LeaderState) -> (bool, serde_json::Va
         lease: LeaseRef {
             namespace: &app.namespace,
             name: &app.lease_name,
+            shard: app.events.lease().shard,
+            shards: app.events.lease().shards,
         },
         term: state.term.as_deref().filter(|_| leading),
         since: since_text(state),
@@ -462,6 +482,7 @@ pub fn leader_body(app: &AppState, state: &LeaderState) -> (bool, serde_json::Va
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serve::transitions::LeaseLabel;
 
     fn snapshot(leading: bool, holder: Option<&str>) -> Snapshot {
         Snapshot {
@@ -473,12 +494,13 @@ mod tests {
             last_stop: None,
             observed: true,
             collector_healthy: None,
+            successor: None,
         }
     }
 
     #[test]
     fn a_record_naming_us_while_we_do_not_lead_is_announced() {
-        let events = EventLog::new("me", 8, 8);
+        let events = EventLog::new("me", LeaseLabel::alone("ns", "l"), 8, 8);
         let metrics = Arc::new(Metrics::new("ns", "l"));
         let (publisher, _rx) = Publisher::new(events.clone(), metrics);
         let (_, mut sub) = events.subscribe(None);
@@ -501,7 +523,7 @@ mod tests {
     #[test]
     fn the_last_ended_term_is_published_until_another_ends() {
         use crate::elector::lease::TermId;
-        let events = EventLog::new("me", 8, 8);
+        let events = EventLog::new("me", LeaseLabel::alone("ns", "l"), 8, 8);
         let metrics = Arc::new(Metrics::new("ns", "l"));
         let (publisher, rx) = Publisher::new(events, metrics);
         let leading_in = |transitions| Snapshot {
@@ -531,6 +553,7 @@ mod tests {
             last_term: None,
             observed: false,
             collector_healthy: None,
+            successor: None,
         });
         AppState {
             state,
@@ -539,7 +562,7 @@ mod tests {
             lease_name: "demo".into(),
             heartbeat: Heartbeat::new(),
             stuck_after: Duration::from_secs(15),
-            events: EventLog::new(identity, 4, 4),
+            events: EventLog::new(identity, LeaseLabel::alone("ns", "demo"), 4, 4),
             metrics: Arc::new(Metrics::new("ns", "demo")),
             subscribers: Arc::new(Semaphore::new(1)),
             keep_alive: Duration::from_secs(15),
@@ -562,6 +585,7 @@ mod tests {
                 last_term: None,
                 observed: true,
                 collector_healthy: Some(true),
+                successor: None,
             },
             LeaderState {
                 leading: false,
@@ -574,6 +598,7 @@ mod tests {
                 last_term: None,
                 observed: false,
                 collector_healthy: Some(false),
+                successor: None,
             },
             // Published as leading, past its deadline: no term, not leading.
             LeaderState {
@@ -587,6 +612,7 @@ mod tests {
                 last_term: None,
                 observed: true,
                 collector_healthy: None,
+                successor: None,
             },
         ];
         for identity in ["me", "a\\b\u{1}"] {

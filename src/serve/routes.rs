@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -46,6 +46,7 @@ pub fn admin_router(apps: &[AppState]) -> Router {
 pub fn lease_gate_router(app: AppState) -> Router {
     Router::new()
         .route("/leader", get(leader))
+        .route("/leader/{lease}", get(named_leader))
         .route("/events", get(sse_route::events))
         .route("/gates/{gate}/closed", post(gate_acks::closed))
         .with_state(Arc::new(app))
@@ -55,6 +56,7 @@ pub fn lease_gate_router(app: AppState) -> Router {
 pub fn lease_admin_router(app: AppState) -> Router {
     Router::new()
         .route("/leader", get(leader))
+        .route("/leader/{lease}", get(named_leader))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -73,6 +75,34 @@ async fn leader(State(app): State<Arc<AppState>>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `/leader/{lease}` beside a Lease alone: its `/leader` when named, so a
+/// client may name the Lease it gates whatever the sidecar contends for.
+async fn named_leader(State(app): State<Arc<AppState>>, Path(lease): Path<String>) -> Response {
+    if lease == *app.lease_name {
+        leader(State(app)).await
+    } else {
+        no_such_lease(&app, &lease)
+    }
+}
+
+/// 404 for a `?lease=` that names another Lease than `app`'s: a client
+/// following one Lease must never act on another's leadership.
+pub(crate) fn not_this_lease(app: &AppState, query: Option<&str>) -> Option<Response> {
+    let lease = gate_acks::query_param(query, "lease")?;
+    (lease != *app.lease_name).then(|| no_such_lease(app, &lease))
+}
+
+fn no_such_lease(app: &AppState, lease: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        format!(
+            "no Lease {lease:?} here: this sidecar contends for {:?} only\n",
+            app.lease_name
+        ),
+    )
+        .into_response()
 }
 
 /// The metrics in the format the scraper asks for: OpenMetrics for
@@ -136,7 +166,7 @@ mod tests {
     use crate::elector::driver::Heartbeat;
     use crate::serve::metrics::Metrics;
     use crate::serve::published::{LeaderState, Publisher};
-    use crate::serve::transitions::EventLog;
+    use crate::serve::transitions::{EventLog, LeaseLabel};
     use axum::body::Body;
     use axum::http::Request;
     use tower::ServiceExt;
@@ -150,7 +180,7 @@ mod tests {
             lease_name: "demo".into(),
             heartbeat: Heartbeat::new(),
             stuck_after: Duration::from_secs(15),
-            events: EventLog::new("me", 16, 16),
+            events: EventLog::new("me", LeaseLabel::alone("ns", "demo"), 16, 16),
             metrics: Arc::new(Metrics::new("ns", "demo")),
             subscribers: Arc::new(Semaphore::new(2)),
             keep_alive: Duration::from_secs(15),
@@ -171,6 +201,7 @@ mod tests {
             last_term: None,
             observed: true,
             collector_healthy: None,
+            successor: None,
         }
     }
 
@@ -316,7 +347,7 @@ mod tests {
 
     #[tokio::test]
     async fn readyz_waits_for_the_api_server_and_healthz_for_a_live_loop() {
-        let events = EventLog::new("me", 16, 16);
+        let events = EventLog::new("me", LeaseLabel::alone("ns", "demo"), 16, 16);
         let metrics = Arc::new(Metrics::new("ns", "demo"));
         let (_publisher, rx) = Publisher::new(events, metrics);
         let mut app = app(rx.borrow().clone());

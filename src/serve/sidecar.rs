@@ -101,14 +101,14 @@ pub async fn run(config: ServeConfig) -> ExitCode {
         .map(|_| watch::channel(Spread::default()))
         .unzip();
     let mut leases = Vec::with_capacity(config.leases.len());
-    for (name, spread) in config.leases.iter().zip(spread_inputs) {
+    for (shard, (name, spread)) in config.leases.iter().zip(spread_inputs).enumerate() {
         // One state directory per Lease (each locked on its own): the
         // directory itself for a Lease alone, a subdirectory for several.
         let state_dir = config
             .state_dir
             .as_ref()
             .map(|dir| if several { dir.join(name) } else { dir.clone() });
-        match LeaseStack::start(&process, name, state_dir, several.then_some(spread)) {
+        match LeaseStack::start(&process, name, shard, state_dir, several.then_some(spread)) {
             Ok(lease) => leases.push(lease),
             Err(error) => {
                 eprintln!("leader-gate: {error}");
@@ -118,6 +118,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     }
     let _spreading = several.then(|| {
         spreading::spawn(
+            config.identity.clone(),
             leases.iter().map(LeaseStack::state).collect(),
             spread_senders,
         )

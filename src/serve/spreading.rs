@@ -8,29 +8,40 @@ use futures::future::select_all;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::elector::machine::{Spread, spread_of};
+use crate::elector::machine::{Held, Spread, spread_of};
 use crate::serve::published::LeaderState;
 
-/// Starts the coordinator for `states` (one per Lease, in their order),
-/// telling each election through its sender in `spreads`; the task ends
-/// once an election has ended (they end together, at shutdown).
+/// Starts the coordinator of `identity`'s `states` (one per Lease, in
+/// their order), telling each election through its sender in `spreads`;
+/// the task ends once an election has ended (they end together, at
+/// shutdown).
 pub fn spawn(
+    identity: String,
     states: Vec<watch::Receiver<LeaderState>>,
     spreads: Vec<watch::Sender<Spread>>,
 ) -> JoinHandle<()> {
-    tokio::spawn(coordinate(states, spreads))
+    tokio::spawn(coordinate(identity, states, spreads))
 }
 
 async fn coordinate(
+    identity: String,
     mut states: Vec<watch::Receiver<LeaderState>>,
     senders: Vec<watch::Sender<Spread>>,
 ) {
     loop {
-        let leading: Vec<bool> = states
+        let now: Vec<LeaderState> = states
             .iter_mut()
-            .map(|state| state.borrow_and_update().leading)
+            .map(|state| state.borrow_and_update().clone())
             .collect();
-        for (sender, spread) in senders.iter().zip(spread_of(&leading)) {
+        let held: Vec<Held<'_>> = now
+            .iter()
+            .map(|state| Held {
+                leading: state.leading,
+                holder: state.holder.as_deref(),
+                successor: state.successor.as_deref(),
+            })
+            .collect();
+        for (sender, spread) in senders.iter().zip(spread_of(&held, &identity)) {
             // Only a change wakes the election.
             sender.send_if_modified(|current| {
                 let changed = *current != spread;
@@ -54,6 +65,7 @@ mod tests {
     fn state(leading: bool) -> LeaderState {
         LeaderState {
             leading,
+            holder: leading.then(|| "me".into()),
             ..LeaderState::initial()
         }
     }
@@ -64,20 +76,35 @@ mod tests {
         let (tx_b, rx_b) = watch::channel(state(false));
         let (senders, mut spreads): (Vec<_>, Vec<_>) =
             (0..2).map(|_| watch::channel(Spread::default())).unzip();
-        let task = spawn(vec![rx_a, rx_b], senders);
+        let task = spawn("me".into(), vec![rx_a, rx_b], senders);
         assert_eq!(*spreads[0].borrow(), Spread::default());
-        tx_a.send_modify(|s| s.leading = true);
+        tx_a.send_modify(|s| *s = state(true));
         spreads[1].changed().await.unwrap();
         assert_eq!(spreads[1].borrow_and_update().held_elsewhere, 1);
         assert_eq!(*spreads[0].borrow(), Spread::default());
-        // Both held: the first is kept, the second is surplus.
-        tx_b.send_modify(|s| s.leading = true);
+        // Both held, a pod holding none named in the second: it is surplus.
+        tx_b.send_modify(|s| {
+            *s = LeaderState {
+                successor: Some("c".into()),
+                ..state(true)
+            }
+        });
         spreads[1].changed().await.unwrap();
         let second = *spreads[1].borrow_and_update();
         assert!(second.surplus, "{second:?}");
         spreads[0].changed().await.unwrap();
         let first = *spreads[0].borrow_and_update();
         assert_eq!((first.held_elsewhere, first.surplus), (1, false));
+        // The first released (c named in it, about to take it): one held,
+        // nothing to give up.
+        tx_a.send_modify(|s| {
+            *s = LeaderState {
+                successor: Some("c".into()),
+                ..state(false)
+            }
+        });
+        spreads[1].changed().await.unwrap();
+        assert_eq!(*spreads[1].borrow_and_update(), Spread::default());
         // An election that ends ends the coordinator.
         drop(tx_a);
         task.await.unwrap();

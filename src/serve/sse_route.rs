@@ -43,7 +43,10 @@ use crate::clock::{BootInstant, wall_micros};
 use crate::serve::gate_acks::{RegisterError, Registration, from_this_pod, query_param};
 use crate::serve::metrics::Metrics;
 use crate::serve::published::LeaderState;
-use crate::serve::published::{AppState, json_str, write_leader_body, write_valid_until};
+use crate::serve::published::{
+    AppState, json_str, write_leader_body, write_lease, write_valid_until,
+};
+use crate::serve::routes::not_this_lease;
 use crate::serve::server::{Peer, ReadClosed};
 use crate::serve::transitions::{Event, EventKind, Next, Start, Subscription, event_json};
 
@@ -55,6 +58,9 @@ pub async fn events(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
+    if let Some(refusal) = not_this_lease(&app, uri.query()) {
+        return refusal;
+    }
     let Ok(permit) = app.subscribers.clone().try_acquire_owned() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -313,6 +319,7 @@ impl EventStream {
         let mut out = Vec::with_capacity(160);
         out.extend_from_slice(b"event: renewed\ndata: {\"identity\":");
         json_str(&mut out, Some(&self.app.identity));
+        write_lease(&mut out, &self.app);
         let _ = write!(out, ",\"published_at_us\":{},\"term\":", wall_micros());
         json_str(&mut out, Some(&term));
         let _ = write!(
@@ -418,11 +425,11 @@ impl Drop for Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::transitions::{EventLog, Transition};
+    use crate::serve::transitions::{EventLog, LeaseLabel, Transition};
 
     #[test]
     fn a_shared_frame_is_the_event_as_a_value_would_render_it_and_is_rendered_once() {
-        let log = EventLog::new("me \"quoted\"", 8, 8);
+        let log = EventLog::new("me \"quoted\"", LeaseLabel::alone("ns", "demo"), 8, 8);
         let event = log.publish(Transition {
             kind: EventKind::StoppedLeading,
             term: Some("uid/1".into()),

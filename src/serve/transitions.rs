@@ -57,6 +57,31 @@ pub struct Event {
     pub published_at_us: i64,
     /// The same, as RFC 3339.
     pub published_at: String,
+    /// The Lease it happened to.
+    pub lease: LeaseLabel,
+}
+
+/// The Lease an event or a `/leader` body speaks for, and its place among
+/// the sidecar's Leases (`--lease-name a,b` or `--shards`, from 0): the
+/// shard a gated collector takes (0 of 1 for a Lease alone).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LeaseLabel {
+    pub name: String,
+    pub namespace: String,
+    pub shard: usize,
+    pub shards: usize,
+}
+
+impl LeaseLabel {
+    /// The only Lease of its sidecar.
+    pub fn alone(namespace: &str, name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
+            shard: 0,
+            shards: 1,
+        }
+    }
 }
 
 /// What a new transition says, before it gets an id and a time.
@@ -97,6 +122,7 @@ pub enum Next {
 pub struct EventLog {
     boot_id: String,
     identity: String,
+    lease: LeaseLabel,
     history_len: usize,
     inner: Mutex<Inner>,
     tx: broadcast::Sender<Arc<Event>>,
@@ -112,10 +138,11 @@ struct Inner {
 impl EventLog {
     /// A log keeping `history_len` events for resumption; each subscriber
     /// may fall `buffer` events behind before it is told it lagged.
-    pub fn new(identity: &str, history_len: usize, buffer: usize) -> Arc<Self> {
+    pub fn new(identity: &str, lease: LeaseLabel, history_len: usize, buffer: usize) -> Arc<Self> {
         Arc::new(Self {
             boot_id: format!("{:016x}", fastrand::u64(..)),
             identity: identity.to_owned(),
+            lease,
             history_len: history_len.max(1),
             inner: Mutex::new(Inner {
                 history: VecDeque::new(),
@@ -123,6 +150,11 @@ impl EventLog {
             }),
             tx: broadcast::channel(buffer.max(1)).0,
         })
+    }
+
+    /// The Lease this log is of.
+    pub fn lease(&self) -> &LeaseLabel {
+        &self.lease
     }
 
     /// The id of the event with `seq` (also of a `state` as of that seq).
@@ -149,6 +181,7 @@ impl EventLog {
             holder: transition.holder,
             published_at_us,
             published_at: format_micro_time(published_at_us),
+            lease: self.lease.clone(),
         });
         if inner.history.len() == self.history_len {
             inner.history.pop_front();
@@ -261,7 +294,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_known_id_replays_exactly_the_missed_events_then_goes_live() {
-        let log = EventLog::new("me", 16, 16);
+        let log = EventLog::new("me", LeaseLabel::alone("ns", "demo"), 16, 16);
         let first = log.publish(stop("t1"));
         log.publish(stop("t2"));
         log.publish(stop("t3"));
@@ -284,7 +317,7 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_old_or_foreign_ids_start_fresh_and_say_events_may_be_missed() {
-        let log = EventLog::new("me", 2, 16);
+        let log = EventLog::new("me", LeaseLabel::alone("ns", "demo"), 2, 16);
         let first = log.publish(stop("t1"));
         let second = log.publish(stop("t2"));
         log.publish(stop("t3"));
@@ -306,7 +339,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_subscriber_that_falls_behind_is_told_and_publishing_never_waits() {
-        let log = EventLog::new("me", 8, 4);
+        let log = EventLog::new("me", LeaseLabel::alone("ns", "demo"), 8, 4);
         let (_, mut slow) = log.subscribe(None);
         for i in 0..100 {
             log.publish(stop(&format!("t{i}")));
@@ -325,8 +358,8 @@ mod tests {
 
     #[test]
     fn ids_are_unique_across_restarts() {
-        let a = EventLog::new("me", 4, 4);
-        let b = EventLog::new("me", 4, 4);
+        let a = EventLog::new("me", LeaseLabel::alone("ns", "demo"), 4, 4);
+        let b = EventLog::new("me", LeaseLabel::alone("ns", "demo"), 4, 4);
         assert_ne!(a.publish(stop("t")).id, b.publish(stop("t")).id);
     }
 }

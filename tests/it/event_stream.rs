@@ -17,7 +17,7 @@ use leader_gate::serve::metrics::Metrics;
 use leader_gate::serve::published::Publisher;
 use leader_gate::serve::routes::{self, AppState};
 use leader_gate::serve::server::{self, Limits};
-use leader_gate::serve::transitions::{EventKind, EventLog, Transition};
+use leader_gate::serve::transitions::{EventKind, EventLog, LeaseLabel, Transition};
 use serde_json::json;
 use support::events::EventClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -45,7 +45,7 @@ async fn serve(max_subscribers: usize, keep_alive: Duration) -> Served {
 }
 
 async fn serve_with(max_subscribers: usize, keep_alive: Duration, limits: Limits) -> Served {
-    let events = EventLog::new("me", 1024, 256);
+    let events = EventLog::new("me", LeaseLabel::alone("ns", "demo"), 1024, 256);
     let metrics = Arc::new(Metrics::new("ns", "demo"));
     let (publisher, state) = Publisher::new(events.clone(), metrics.clone());
     let publisher: &'static Publisher = Box::leak(Box::new(publisher)); // keeps the state channel open
@@ -474,6 +474,7 @@ fn leading(valid_until: BootInstant) -> Snapshot {
         last_stop: None,
         observed: true,
         collector_healthy: None,
+        successor: None,
     }
 }
 

@@ -9,7 +9,7 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use support::fake_apiserver::{FakeApiServer, PolicyRule, lease_holder};
+use support::fake_apiserver::{FakeApiServer, lease_holder};
 use support::sidecar::{Sidecar, Timing, get, test_dir};
 
 const LEASES: [&str; 3] = ["shard-0", "shard-1", "shard-2"];
@@ -17,14 +17,7 @@ const LEASES: [&str; 3] = ["shard-0", "shard-1", "shard-2"];
 /// A server whose Role grants the Leases `LEASES` (the shipped Role names one).
 async fn api_for_three_leases() -> FakeApiServer {
     let api = FakeApiServer::start("collectors", LEASES[0]).await;
-    let mut role = api.role();
-    role.rules.push(PolicyRule::new(
-        &["coordination.k8s.io"],
-        &["leases"],
-        &LEASES[1..],
-        &["get", "list", "watch", "update"],
-    ));
-    api.set_role(role);
+    api.grant_leases(&LEASES[1..]);
     api
 }
 
@@ -44,6 +37,37 @@ fn holders(api: &FakeApiServer) -> BTreeMap<&'static str, Option<String>> {
         .iter()
         .map(|name| (*name, api.lease(name).as_ref().and_then(lease_holder)))
         .collect()
+}
+
+/// Runs `leader-gate ARGS… --url http://GATE` to its end: its exit code and
+/// what it said on stderr.
+async fn client_exit(
+    dir: &std::path::Path,
+    name: &str,
+    gate: std::net::SocketAddr,
+    args: &[&str],
+) -> (i32, String) {
+    let url = format!("http://{gate}");
+    let mut argv = args.to_vec();
+    argv.extend(["--url", &url]);
+    let mut client = support::gate_clients::GateClient::spawn(dir, name, &argv, &[]);
+    (
+        client.exit_code(Duration::from_secs(8)).await,
+        client.stderr(),
+    )
+}
+
+/// Waits up to 10 s for `line` in the file at `path`.
+async fn wait_for_line(path: &std::path::Path, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().any(|l| l == line) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no {line:?} in {text:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Every Lease held, each by a different pod.
@@ -194,4 +218,203 @@ async fn fewer_pods_than_leases_hold_them_all_and_spread_again_when_a_pod_joins(
     // A graceful exit releases every Lease it held.
     let released = holders(&api);
     assert!(released.values().all(Option::is_none), "{released:?}");
+}
+
+/// The gated collector of shard-1: logs `start NAME LEASE SHARD/SHARDS ARG`
+/// (ARG: its first argument, `${LEADER_GATE_SHARD}` as exec substituted
+/// it), keeps running, logs `stop` on SIGTERM.
+const SHARD_COLLECTOR: &str = r#"
+note() { echo "$1 $NAME $LEADER_GATE_LEASE $LEADER_GATE_SHARD/$LEADER_GATE_SHARDS $ARG" >> "$LOG"; }
+ARG="$1"
+trap 'note stop; exit 0' TERM
+note start
+while kill -0 "$PPID" 2>/dev/null; do sleep 0.05; done
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_gate_follows_the_lease_it_names_and_its_collector_takes_that_shard() {
+    use support::file_gate::FileGate;
+    use support::gate_clients::GateClient;
+
+    let api = api_for_three_leases().await;
+    let dir = test_dir("several-leases-gates");
+    let timing = Timing::FAST;
+    let names = ["a", "b", "c"];
+    let pods: BTreeMap<&str, Sidecar> = names
+        .iter()
+        .map(|name| (*name, Sidecar::spawn_with(&api, &dir, name, timing, &MORE)))
+        .collect();
+    for pod in pods.values() {
+        pod.wait_serving().await;
+    }
+    let before = wait_until(&api, timing.lease * 6, "three distinct holders", spread_out).await;
+    let holder = before["shard-1"].clone().unwrap();
+
+    // In every pod: exec and file-gate for shard-1, and a watch of shard-2.
+    let log = dir.join("shard-1.log");
+    let src = dir.join("ksm.yml");
+    std::fs::write(
+        &src,
+        "hosts: [\"ksm-${LEADER_GATE_SHARD}:8080\"] # ${LEADER_GATE_SHARDS} shards, ${NODE_NAME}\n",
+    )
+    .unwrap();
+    let mut execs = Vec::new();
+    let mut file_gates = Vec::new();
+    let mut copies = BTreeMap::new();
+    for name in names {
+        let url = format!("http://{}", pods[name].gate);
+        execs.push(GateClient::spawn(
+            &dir,
+            &format!("exec-{name}"),
+            &[
+                "exec",
+                "--url",
+                &url,
+                "--lease",
+                "shard-1",
+                "--grace",
+                "2s",
+                "--",
+                "sh",
+                "-c",
+                SHARD_COLLECTOR,
+                "sh",
+                "${LEADER_GATE_SHARD}",
+            ],
+            &[("NAME", name), ("LOG", log.to_str().unwrap())],
+        ));
+        let copy_dir = dir.join(format!("modules-{name}"));
+        std::fs::create_dir_all(&copy_dir).unwrap();
+        let dst = copy_dir.join("ksm.yml");
+        file_gates.push(FileGate::spawn(
+            &dir,
+            &format!("file-gate-{name}"),
+            pods[name].gate,
+            &["--lease", "shard-1"],
+            &[(&src, &dst)],
+        ));
+        copies.insert(name, dst);
+    }
+    let started = format!("start {holder} shard-1 1/3 1");
+    wait_for_line(&log, &started).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !copies[holder.as_str()].exists() {
+        assert!(Instant::now() < deadline, "no copy at {holder}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        std::fs::read_to_string(&copies[holder.as_str()]).unwrap(),
+        "hosts: [\"ksm-1:8080\"] # 3 shards, ${NODE_NAME}\n",
+        "the copy names the shard, and leaves the collector's own variables"
+    );
+    // Only the holder of shard-1 runs its collector or has its copy, though
+    // every pod holds a Lease.
+    tokio::time::sleep(timing.retry * 2).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text, format!("{started}\n"), "only {holder} runs shard-1");
+    for name in names.iter().filter(|n| **n != holder) {
+        assert!(!copies[name].exists(), "{name} holds {:?}", before);
+    }
+
+    // status and wait name the Lease; without one, `status` is the pod's.
+    for name in names {
+        let gate = pods[name].gate;
+        let expected = if name == holder { 0 } else { 1 };
+        let (code, _) = client_exit(
+            &dir,
+            &format!("status-{name}"),
+            gate,
+            &["status", "--lease", "shard-1"],
+        )
+        .await;
+        assert_eq!(code, expected, "{name}");
+        let (code, _) = client_exit(&dir, &format!("any-{name}"), gate, &["status"]).await;
+        assert_eq!(code, 0, "{name} holds one");
+    }
+    let gate = pods[holder.as_str()].gate;
+    let (code, stderr) = client_exit(
+        &dir,
+        "status-unknown",
+        gate,
+        &["status", "--lease", "shard-9"],
+    )
+    .await;
+    assert_eq!(code, 2);
+    assert!(stderr.contains("shard-9"), "{stderr}");
+    let wait = ["wait", "--lease", "shard-1", "--timeout", "5s"];
+    assert_eq!(client_exit(&dir, "wait-shard-1", gate, &wait).await.0, 0);
+
+    // A watch of shard-2 sees only shard-2's events.
+    let watch_url = format!(
+        "http://{}",
+        pods[before["shard-2"].as_deref().unwrap()].gate
+    );
+    let watch = GateClient::spawn(
+        &dir,
+        "watch-shard-2",
+        &["watch", "--url", &watch_url, "--lease", "shard-2", "--json"],
+        &[],
+    );
+    watch
+        .wait_line(Duration::from_secs(5), |l| l.contains("\"state\""))
+        .await;
+
+    // The holder of shard-1 is killed: the gates of the pod that takes it
+    // over open for it, with the same shard.
+    let mut pods = pods;
+    let mut killed = pods.remove(holder.as_str()).unwrap();
+    killed.signal(libc::SIGKILL);
+    killed.wait_exit(Duration::from_secs(5)).await;
+    let after = wait_until(&api, timing.lease * 4, "shard-1 taken over", |h| {
+        h["shard-1"].as_deref().is_some_and(|h| h != holder)
+    })
+    .await;
+    let taker = after["shard-1"].clone().unwrap();
+    let restarted = format!("start {taker} shard-1 1/3 1");
+    wait_for_line(&log, &restarted).await;
+    assert!(
+        copies[taker.as_str()].exists() || {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            copies[taker.as_str()].exists()
+        }
+    );
+    let lines = watch.lines();
+    assert!(lines.len() >= 2, "{lines:?}");
+    for line in &lines {
+        let event: serde_json::Value = serde_json::from_str(&line.text).unwrap();
+        assert_eq!(event["data"]["lease"]["name"], "shard-2", "{}", line.text);
+        assert_eq!(event["data"]["lease"]["shard"], 2, "{}", line.text);
+    }
+    drop(execs);
+    drop(file_gates);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_a_lease_alone_a_client_naming_another_lease_is_refused_not_opened() {
+    let api = FakeApiServer::start("collectors", "shard-0").await;
+    let dir = test_dir("several-leases-alone");
+    let pod = Sidecar::spawn(&api, &dir, "a", Timing::FAST);
+    pod.wait_serving().await;
+    pod.wait_leading(Duration::from_secs(10)).await;
+    // Its own name is its /leader; any other is no Lease of this sidecar.
+    let own = get(pod.gate, "/leader/shard-0").await.unwrap();
+    assert_eq!(own.status, 200);
+    assert_eq!(own.body["lease"]["shard"], 0);
+    assert_eq!(own.body["lease"]["shards"], 1);
+    assert_eq!(get(pod.gate, "/leader/shard-1").await.unwrap().status, 404);
+    assert_eq!(
+        get(pod.gate, "/events?lease=shard-1").await.unwrap().status,
+        404
+    );
+    let ours = ["status", "--lease", "shard-0"];
+    assert_eq!(client_exit(&dir, "ours", pod.gate, &ours).await.0, 0);
+    let other = ["status", "--lease", "shard-1"];
+    let (code, stderr) = client_exit(&dir, "other", pod.gate, &other).await;
+    assert_eq!(code, 2);
+    assert!(stderr.contains("404"), "{stderr}");
+    // A wait for a Lease this pod does not contend for never opens.
+    let wait = ["wait", "--lease", "shard-1", "--timeout", "3s"];
+    let (code, stderr) = client_exit(&dir, "wait-other", pod.gate, &wait).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("shard-1"), "{stderr}");
 }

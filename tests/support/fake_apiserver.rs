@@ -666,6 +666,20 @@ impl FakeApiServer {
         self.inner().lock().role.clone()
     }
 
+    /// Grants the candidates' verbs on the Leases `names` too (the Role of
+    /// `manifests/rbac.yaml` names one Lease), as a Role for a sidecar of
+    /// several Leases does.
+    pub fn grant_leases(&self, names: &[&str]) {
+        let mut role = self.role();
+        role.rules.push(PolicyRule::new(
+            &["coordination.k8s.io"],
+            &["leases"],
+            names,
+            &["get", "list", "watch", "update"],
+        ));
+        self.set_role(role);
+    }
+
     /// Whether the clients' Role allows this request in the server's namespace (the
     /// authorization the server applies to a bound, non-admin client).
     pub fn role_allows(&self, verb: Verb, resource: Resource, name: &str) -> bool {

@@ -24,6 +24,9 @@ pub struct GateClient {
     pub name: String,
     child: Child,
     lines: Arc<Mutex<Vec<Line>>>,
+    /// Reads stdout until it closes: an exit is reported once its output
+    /// is all read.
+    reader: Option<tokio::task::JoinHandle<()>>,
     stderr: PathBuf,
     exit: Option<(ExitStatus, Instant)>,
 }
@@ -46,7 +49,7 @@ impl GateClient {
         let lines: Arc<Mutex<Vec<Line>>> = Arc::default();
         let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
         let sink = lines.clone();
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             while let Ok(Some(text)) = stdout.next_line().await {
                 let at = Instant::now();
                 sink.lock().unwrap().push(Line { at, text });
@@ -56,6 +59,7 @@ impl GateClient {
             name: name.into(),
             child,
             lines,
+            reader: Some(reader),
             stderr,
             exit: None,
         }
@@ -104,11 +108,16 @@ impl GateClient {
     }
 
     /// The exit status and when it was seen, if it exited within `timeout`.
+    /// Its stdout is read to the end first (a grandchild holding the pipe
+    /// open is waited for up to a second).
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<(ExitStatus, Instant)> {
         if self.exit.is_none()
             && let Ok(status) = tokio::time::timeout(timeout, self.child.wait()).await
         {
             self.exit = Some((status.expect("wait for the client"), Instant::now()));
+            if let Some(reader) = self.reader.take() {
+                let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+            }
         }
         self.exit
     }

@@ -4,7 +4,8 @@
 //!
 //! While the validity rule of [`feed`] says leading, a copy of each SRC is at
 //! its DST, written atomically (a temporary file in DST's directory, fsync,
-//! rename, fsync of the directory), and rewritten when SRC changes or the
+//! rename, fsync of the directory) with the Lease's shard substituted (see
+//! [`place`](crate::client::place)), and rewritten when SRC changes or the
 //! copy was removed or changed by someone else (checked at every renewal).
 //! That blocking I/O runs in a [`writer`] thread per DST, never on the event
 //! loop: a removal never queues behind a write or waits for an fsync, and a
@@ -46,6 +47,7 @@ use tokio::task::JoinHandle;
 
 use crate::client::death_guard::{Guard, OnDeath};
 use crate::client::feed::Feed;
+use crate::client::place::Place;
 use crate::client::url::GateUrl;
 use writer::{Changed, Disk, RealDisk, Reload, Writer};
 
@@ -146,7 +148,7 @@ pub async fn run(options: FileGateOptions) {
         // Writes go to the writer threads; a removal happens here and now.
         if let Some(leading) = feed.leading() {
             open_term = Some(leading.term.clone());
-            gate.write_all();
+            gate.write_all(feed.place());
         } else {
             if gate.remove_all("leadership ended or cannot be confirmed") {
                 reloader.changed();
@@ -305,11 +307,12 @@ impl Gate {
         Self { options, writers }
     }
 
-    /// Asks every writer for a current copy of its SRC at its DST; returns
-    /// at once (each writer tells the reloader of what it changed).
-    fn write_all(&self) {
+    /// Asks every writer for a current copy of its SRC at its DST, with
+    /// the Lease's `place` substituted; returns at once (each writer tells
+    /// the reloader of what it changed).
+    fn write_all(&self, place: Option<&Place>) {
         for writer in &self.writers {
-            writer.ensure();
+            writer.ensure(place);
         }
     }
 
@@ -445,9 +448,46 @@ mod tests {
 
     /// Writes, then waits until the writer is done; how many changes it made.
     fn settle(gate: &Gate, rx: &mut mpsc::UnboundedReceiver<Reload>) -> usize {
-        gate.write_all();
+        settle_for(gate, rx, None)
+    }
+
+    /// The same, for the Lease at `place`.
+    fn settle_for(
+        gate: &Gate,
+        rx: &mut mpsc::UnboundedReceiver<Reload>,
+        place: Option<&Place>,
+    ) -> usize {
+        gate.write_all(place);
         gate.writers.iter().for_each(Writer::wait_idle);
         count(rx)
+    }
+
+    #[test]
+    fn a_copy_takes_the_shard_of_the_lease_and_is_rewritten_when_it_changes() {
+        let d = dir("shard");
+        let (gate, mapping, mut rx) = gate(&d, None);
+        std::fs::write(
+            &mapping.src,
+            "hosts: [\"ksm-${LEADER_GATE_SHARD}:8080\"] # of ${LEADER_GATE_SHARDS}, ${NODE}\n",
+        )
+        .unwrap();
+        let place = |shard| Place {
+            lease: format!("ksm-{shard}"),
+            shard,
+            shards: 3,
+        };
+        assert_eq!(settle_for(&gate, &mut rx, Some(&place(1))), 1);
+        assert_eq!(
+            std::fs::read_to_string(&mapping.dst).unwrap(),
+            "hosts: [\"ksm-1:8080\"] # of 3, ${NODE}\n"
+        );
+        assert_eq!(settle_for(&gate, &mut rx, Some(&place(1))), 0, "unchanged");
+        assert_eq!(settle_for(&gate, &mut rx, Some(&place(2))), 1);
+        assert_eq!(
+            std::fs::read_to_string(&mapping.dst).unwrap(),
+            "hosts: [\"ksm-2:8080\"] # of 3, ${NODE}\n",
+            "another shard, another copy"
+        );
     }
 
     #[test]
@@ -533,7 +573,7 @@ mod tests {
         // SRC changes; the next write is stuck in its fsync.
         std::fs::write(&mapping.src, "a: 2\n").unwrap();
         disk.set(true);
-        gate.write_all();
+        gate.write_all(None);
         disk.wait_blocked();
 
         // The removal happens meanwhile (on another thread, so that a

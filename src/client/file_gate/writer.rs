@@ -25,6 +25,7 @@ use std::thread::JoinHandle;
 use tokio::sync::mpsc;
 
 use super::{Mapping, log, parent, sync_dir};
+use crate::client::place::Place;
 
 /// Says "something changed" to the reloader; the writer says it while it
 /// still holds the fence, so the POSTs come in the order of the changes.
@@ -106,8 +107,9 @@ struct Shared {
 
 #[derive(Default)]
 struct Jobs {
-    /// Put a current copy in place, for this generation only.
-    write: Option<u64>,
+    /// Put a current copy in place, for this generation only, with the
+    /// Lease's shard substituted.
+    write: Option<(u64, Option<Place>)>,
     /// fsync DST's directory (after a removal).
     sync_dir: bool,
     closed: bool,
@@ -157,10 +159,10 @@ impl Writer {
 
     /// Asks for a current copy at DST (for as long as no removal comes
     /// first); returns at once. A request still waiting is replaced.
-    pub(super) fn ensure(&self) {
+    pub(super) fn ensure(&self, place: Option<&Place>) {
         let generation = *lock(&self.shared.fence);
         let mut jobs = lock(&self.shared.jobs);
-        jobs.write = Some(generation);
+        jobs.write = Some((generation, place.cloned()));
         self.shared.wake.notify_all();
     }
 
@@ -248,17 +250,19 @@ impl Shared {
             if sync {
                 let _ = sync_dir(parent(&self.mapping.dst));
             }
-            if let Some(generation) = write {
-                self.write(generation, mode, changed, disk, &mut memory);
+            if let Some((generation, place)) = write {
+                self.write(generation, place.as_ref(), mode, changed, disk, &mut memory);
             }
         }
     }
 
-    /// Puts a current copy of SRC at DST unless it is there already, or a
+    /// Puts a current copy of SRC (with `place` substituted) at DST unless
+    /// it is there already, or a
     /// removal came after `generation` was asked for.
     fn write(
         &self,
         generation: u64,
+        place: Option<&Place>,
         mode: u32,
         changed: &Changed,
         disk: &dyn Disk,
@@ -269,7 +273,10 @@ impl Shared {
             return; // removed since: nothing to do
         }
         let content = match std::fs::read(&mapping.src) {
-            Ok(content) => content,
+            Ok(content) => match place {
+                Some(place) => place.substitute(&content),
+                None => content,
+            },
             Err(e) => {
                 return memory.complain(format!("cannot read {}: {e}", mapping.src.display()));
             }

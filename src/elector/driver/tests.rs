@@ -326,7 +326,12 @@ impl Candidate {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
         };
-        let events = crate::serve::transitions::EventLog::new(&client.name, 64, 64);
+        let events = crate::serve::transitions::EventLog::new(
+            &client.name,
+            crate::serve::transitions::LeaseLabel::alone("ns", "demo"),
+            64,
+            64,
+        );
         let metrics = Arc::new(crate::serve::metrics::Metrics::new("ns", "demo"));
         let (mut publisher, mut rx) = Publisher::new(events, metrics);
         if let Some(gate_acks) = gate_acks {

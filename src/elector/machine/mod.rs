@@ -65,7 +65,7 @@ mod successor;
 mod view;
 
 pub use resume::NotResumed;
-pub use spread::{Spread, spread_of};
+pub use spread::{Held, Spread, spread_of};
 pub use successor::{
     DEFAULT_CLAIM_WINDOW, HANDOVER_ANNOTATION, SUCCESSOR_ANNOTATION, handover_to, preferred_holder,
     set_annotation, successor_of,
@@ -244,6 +244,8 @@ pub struct Snapshot {
     pub observed: bool,
     /// The last collector health fed in; `None` when none ever was.
     pub collector_healthy: Option<bool>,
+    /// The successor named in the Lease as observed (see [`successor`]).
+    pub successor: Option<String>,
 }
 
 /// The election of one candidate.
@@ -444,6 +446,11 @@ impl Election {
             last_stop: self.last_stop,
             observed: self.view.is_some(),
             collector_healthy: self.collector_healthy,
+            successor: self
+                .view
+                .as_ref()
+                .and_then(|view| view.lease.as_ref())
+                .and_then(successor::successor_of),
         }
     }
 

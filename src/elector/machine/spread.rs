@@ -10,10 +10,14 @@
 //!   ([`tier_delay`]) more for each other Lease it holds, so pods holding
 //!   fewer go first, and with fewer pods than Leases every Lease is still
 //!   taken, one tier later per Lease the taker holds;
-//! - **when a Lease is given up**: a pod leading a Lease it need not keep
-//!   ([`Spread::surplus`]) hands it over gracefully (gates closed first, as
-//!   for a hand-over request) to the successor named in it, who by the first
-//!   rule held nothing when it claimed.
+//! - **when a Lease is given up**: a pod holding more than one hands one
+//!   of them over at a time ([`Spread::surplus`]: the last it holds, gates
+//!   closed first, as for a hand-over request) to the successor named in
+//!   it, who by the first rule held nothing when it claimed — and only
+//!   while that successor is not, as this pod observes its group, the
+//!   holder of another of its Leases or the successor named in one of them
+//!   that is free: a pod holding none may claim the slots of several Leases
+//!   of one holder at once, and must get one of them, not all.
 //!
 //! Every rebalancing step moves one surplus Lease to a pod that held none,
 //! with the successor's claim, the release and the acquisition: O(1)
@@ -33,18 +37,45 @@ pub struct Spread {
     pub surplus: bool,
 }
 
-/// What each Lease of a group is told, given which of them this process
-/// leads (`leading[i]` for Lease `i`): every Lease held counts for the
-/// others, and the first one led is kept, the rest are surplus.
-pub fn spread_of(leading: &[bool]) -> Vec<Spread> {
-    let held = leading.iter().filter(|l| **l).count();
-    let kept = leading.iter().position(|l| *l);
-    leading
+/// One Lease of a group as this process observes it (its published state).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held<'a> {
+    /// This process leads it.
+    pub leading: bool,
+    /// The live holder of its record (this process's identity also while it
+    /// steps down, until its release).
+    pub holder: Option<&'a str>,
+    /// The successor named in it.
+    pub successor: Option<&'a str>,
+}
+
+/// What each Lease of a group is told, given what this process (`me`)
+/// observes of each: every Lease it holds (leads, or whose record still
+/// names it, stepping down) counts for the others; the first one held is
+/// kept, and while it holds more, the last one held is surplus once its
+/// named successor is free — neither the holder of another of these Leases
+/// nor the successor named in one that is free (about to take it).
+pub fn spread_of(leases: &[Held<'_>], me: &str) -> Vec<Spread> {
+    let holds = |l: &Held<'_>| l.leading || l.holder == Some(me);
+    let held = leases.iter().filter(|l| holds(l)).count();
+    let kept = leases.iter().position(holds);
+    let given_up = leases
+        .iter()
+        .rposition(holds)
+        .filter(|&i| held > 1 && kept != Some(i));
+    // Whom another Lease has, or is about to have.
+    let taken = |i: usize, who: &str| {
+        leases.iter().enumerate().any(|(j, l)| {
+            j != i && (l.holder == Some(who) || (l.holder.is_none() && l.successor == Some(who)))
+        })
+    };
+    leases
         .iter()
         .enumerate()
-        .map(|(i, leads)| Spread {
-            held_elsewhere: held - usize::from(*leads),
-            surplus: *leads && kept != Some(i),
+        .map(|(i, lease)| Spread {
+            held_elsewhere: held - usize::from(holds(lease)),
+            surplus: given_up == Some(i)
+                && lease.successor.is_some_and(|s| s != me && !taken(i, s)),
         })
         .collect()
 }
@@ -88,20 +119,85 @@ impl Election {
 mod tests {
     use super::*;
 
+    fn led(successor: Option<&'static str>) -> Held<'static> {
+        Held {
+            leading: true,
+            holder: Some("me"),
+            successor,
+        }
+    }
+
+    fn other(holder: Option<&'static str>, successor: Option<&'static str>) -> Held<'static> {
+        Held {
+            leading: false,
+            holder,
+            successor,
+        }
+    }
+
+    fn surplus(spread: &[Spread]) -> Vec<bool> {
+        spread.iter().map(|s| s.surplus).collect()
+    }
+
     #[test]
-    fn the_first_lease_led_is_kept_and_every_lease_held_counts_for_the_others() {
-        assert_eq!(spread_of(&[false, false]), vec![Spread::default(); 2]);
-        let spread = spread_of(&[false, true, false, true]);
-        let held: Vec<usize> = spread.iter().map(|s| s.held_elsewhere).collect();
-        let surplus: Vec<bool> = spread.iter().map(|s| s.surplus).collect();
-        assert_eq!(held, [2, 1, 2, 1]);
-        assert_eq!(surplus, [false, false, false, true]);
+    fn the_first_lease_held_is_kept_and_every_lease_held_counts_for_the_others() {
         assert_eq!(
-            spread_of(&[true]),
-            vec![Spread {
-                held_elsewhere: 0,
-                surplus: false
-            }]
+            spread_of(&[other(None, None), other(Some("b"), None)], "me"),
+            vec![Spread::default(); 2]
+        );
+        let spread = spread_of(
+            &[
+                other(Some("b"), None),
+                led(Some("c")),
+                other(None, None),
+                led(Some("d")),
+            ],
+            "me",
+        );
+        let held: Vec<usize> = spread.iter().map(|s| s.held_elsewhere).collect();
+        assert_eq!(held, [2, 1, 2, 1]);
+        assert_eq!(surplus(&spread), [false, false, false, true]);
+        assert_eq!(spread_of(&[led(Some("c"))], "me"), vec![Spread::default()]);
+        // No successor named, or ourselves: nothing to hand it to yet.
+        assert_eq!(
+            surplus(&spread_of(&[led(None), led(None)], "me")),
+            [false, false]
+        );
+        assert_eq!(
+            surplus(&spread_of(&[led(None), led(Some("me"))], "me")),
+            [false, false]
+        );
+    }
+
+    #[test]
+    fn one_lease_is_given_up_at_a_time_and_never_to_a_pod_another_has() {
+        // Three held, two slots claimed by one pod holding none: only the
+        // last Lease goes, to it.
+        let spread = spread_of(&[led(Some("b")), led(Some("b")), led(Some("b"))], "me");
+        assert_eq!(surplus(&spread), [false, false, true]);
+        // Stepping down (not leading, the record still ours): still held, so
+        // the next one waits, and no tier is lost.
+        let stepping_down = Held {
+            leading: false,
+            holder: Some("me"),
+            successor: Some("b"),
+        };
+        let spread = spread_of(&[led(Some("b")), led(Some("b")), stepping_down], "me");
+        assert_eq!(surplus(&spread), [false, false, true]);
+        assert_eq!(spread[0].held_elsewhere, 2);
+        // Released, b named in it and about to take it: b is not free.
+        let released = other(None, Some("b"));
+        let spread = spread_of(&[led(Some("b")), led(Some("b")), released], "me");
+        assert_eq!(surplus(&spread), [false, false, false]);
+        // b took it: still not free; a pod that holds none is.
+        let taken = other(Some("b"), Some("c"));
+        assert_eq!(
+            surplus(&spread_of(&[led(Some("b")), led(Some("b")), taken], "me")),
+            [false, false, false]
+        );
+        assert_eq!(
+            surplus(&spread_of(&[led(Some("b")), led(Some("d")), taken], "me")),
+            [false, true, false]
         );
     }
 

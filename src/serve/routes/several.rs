@@ -121,7 +121,8 @@ async fn by_query(State(group): State<Arc<Group>>, request: Request) -> Response
 }
 
 /// What this pod holds, and every Lease's `/leader` body:
-/// `{"held":[names],"identity":…,"leases":[bodies]}`; whether it holds any.
+/// `{"held":[names],"identity":…,"leading":any held,"leases":[bodies]}`;
+/// whether it holds any.
 fn write_holdings(group: &Group, out: &mut Vec<u8>) -> bool {
     let mut bodies = Vec::with_capacity(320 * group.apps.len());
     let mut held = Vec::new();
@@ -142,6 +143,11 @@ fn write_holdings(group: &Group, out: &mut Vec<u8>) -> bool {
     }
     out.extend_from_slice(b"],\"identity\":");
     json_str(out, group.apps.first().map(|a| &*a.identity));
+    out.extend_from_slice(if held.is_empty() {
+        b",\"leading\":false"
+    } else {
+        b",\"leading\":true"
+    });
     out.extend_from_slice(b",\"leases\":[");
     out.extend_from_slice(&bodies);
     out.extend_from_slice(b"]}");

@@ -2,8 +2,9 @@
 //! runs one [`Election`] per Lease and tells each what it holds of the
 //! others ([`spread_of`]), as the sidecar does; a model API server stores
 //! each Lease with compare-and-swap; the watch delivers every change within
-//! a step (100 ms); releases go out at once (gate lag 0). Pods crash (they
-//! stop, their records stay until they expire) and join (a new process).
+//! a step (100 ms); releases go out at once (gate lag 0) unless a test sets
+//! a gate lag. Pods crash (they stop, their records stay until they expire)
+//! and join (a new process).
 //!
 //! Checked: no Lease ever has two leaders; after the last crash or join,
 //! every Lease has a leader and, with at least as many pods as Leases, no
@@ -57,6 +58,18 @@ struct Pod {
     /// absent; `None`: nothing yet).
     seen: Vec<Option<Option<u64>>>,
     spread: Vec<Spread>,
+    /// Which process of this pod it is (a restart is a new one).
+    incarnation: u64,
+}
+
+/// A release held back for the gate lag: sent at `due` by pod `pod`'s
+/// process `incarnation` for Lease `lease`, unless that process is gone.
+struct Deferred {
+    due: Duration,
+    pod: usize,
+    incarnation: u64,
+    lease: usize,
+    write: Write,
 }
 
 struct Group {
@@ -67,6 +80,9 @@ struct Group {
     pods: Vec<Option<Pod>>,
     seed: u64,
     writes: usize,
+    /// How long a release waits after its step-down (the driver's gate lag).
+    gate_lag: Duration,
+    deferred: Vec<Deferred>,
 }
 
 impl Group {
@@ -84,6 +100,8 @@ impl Group {
             pods: Vec::new(),
             seed: 0,
             writes: 0,
+            gate_lag: Duration::ZERO,
+            deferred: Vec::new(),
         }
     }
 
@@ -113,6 +131,7 @@ impl Group {
             elections,
             seen: vec![None; self.stores.len()],
             spread: vec![Spread::default(); self.stores.len()],
+            incarnation: self.seed,
         };
         if p >= self.pods.len() {
             self.pods.resize_with(p + 1, || None);
@@ -138,6 +157,17 @@ impl Group {
             };
             for action in pod.elections[j].handle(input, now) {
                 match action {
+                    Action::Write(write)
+                        if write.purpose == Purpose::Release && !self.gate_lag.is_zero() =>
+                    {
+                        self.deferred.push(Deferred {
+                            due: self.elapsed + self.gate_lag,
+                            pod: p,
+                            incarnation: pod.incarnation,
+                            lease: j,
+                            write,
+                        });
+                    }
                     Action::Write(write) => {
                         self.writes += 1;
                         queue.push((j, Input::Written(self.stores[j].apply(&write.op))));
@@ -148,8 +178,21 @@ impl Group {
                     Action::ReloadCredentials => {}
                 }
             }
-            let leading: Vec<bool> = pod.elections.iter().map(Election::is_leading).collect();
-            for (k, spread) in spread_of(&leading).into_iter().enumerate() {
+            let snapshots: Vec<Snapshot> = pod
+                .elections
+                .iter()
+                .map(|e| e.snapshot(now.instant))
+                .collect();
+            let held: Vec<Held<'_>> = snapshots
+                .iter()
+                .map(|s| Held {
+                    leading: s.leading,
+                    holder: s.holder.as_deref(),
+                    successor: s.successor.as_deref(),
+                })
+                .collect();
+            let me = pod.elections[0].settings.identity.clone();
+            for (k, spread) in spread_of(&held, &me).into_iter().enumerate() {
                 if pod.spread[k] != spread {
                     pod.spread[k] = spread;
                     queue.push((k, Input::Spread(spread)));
@@ -162,6 +205,21 @@ impl Group {
     /// ticks. Then no Lease may have two leaders.
     fn step(&mut self) -> TestCaseResult {
         self.elapsed += STEP;
+        // Releases whose gate lag is over, from processes still running.
+        let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|d| d.due <= self.elapsed);
+        self.deferred = waiting;
+        for d in due {
+            let alive = self.pods[d.pod]
+                .as_ref()
+                .is_some_and(|pod| pod.incarnation == d.incarnation);
+            if alive {
+                self.writes += 1;
+                let written = self.stores[d.lease].apply(&d.write.op);
+                self.feed(d.pod, d.lease, Input::Written(written));
+            }
+        }
         // A different pod goes first each step.
         let n = self.pods.len();
         for i in 0..n {
@@ -270,8 +328,10 @@ proptest! {
         leases in 2..4usize,
         pods in 2..6usize,
         changes in proptest::collection::vec(change(6), 0..12),
+        gate_lag_ms in prop_oneof![Just(0u64), Just(1000), Just(4000)],
     ) {
         let mut group = Group::new(leases);
+        group.gate_lag = Duration::from_millis(gate_lag_ms);
         for p in 0..pods {
             group.start(p);
         }
@@ -331,4 +391,42 @@ fn a_pod_joining_a_group_where_one_pod_holds_two_leases_takes_one_in_a_few_write
         took <= CLAIM_WINDOW + Duration::from_secs(2),
         "rebalanced {took:?} after the join"
     );
+}
+
+#[test]
+fn a_pod_joining_one_that_holds_every_lease_takes_exactly_one_and_nothing_moves_after() {
+    // The joiner holds none, so it may claim the successor slot of several
+    // of the holder's Leases at once; it must get one of them, not all (a
+    // second move would balance nothing: two pods, three Leases).
+    for base in 0..40u64 {
+        let mut group = Group::new(3);
+        group.seed = base * 1000;
+        // As the sidecar's default: the joiner claims on for 4 s more.
+        group.gate_lag = Duration::from_secs(4);
+        group.start(0);
+        group.settle(SETTLE).unwrap();
+        let alone: Vec<Vec<usize>> = (0..3).map(|j| group.leaders_of(j)).collect();
+        assert_eq!(alone, vec![vec![0]; 3], "seed {base}: pod 0 holds all");
+        group.start(1);
+        let mut moves = 0;
+        let mut leaders: Vec<Vec<usize>> = alone;
+        for _ in 0..1200 {
+            group.step().unwrap();
+            let now: Vec<Vec<usize>> = (0..3).map(|j| group.leaders_of(j)).collect();
+            for j in 0..3 {
+                if now[j].len() == 1 && now[j] != leaders[j] {
+                    moves += 1;
+                    leaders[j].clone_from(&now[j]);
+                }
+            }
+        }
+        assert!(group.spread_out(), "seed {base}: {}", group.describe());
+        let held_by_1 = (0..3).filter(|&j| group.leaders_of(j) == [1]).count();
+        assert_eq!(
+            (moves, held_by_1),
+            (1, 1),
+            "seed {base}: {moves} moves, pod 1 holds {held_by_1}: {}",
+            group.describe()
+        );
+    }
 }
