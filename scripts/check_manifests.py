@@ -15,8 +15,10 @@ finding and exits 1 if there is any. The checks:
   liveness, no /leader readiness on a DaemonSet, timings that satisfy the
   rules of docs/timing.md (and terminationGracePeriodSeconds that covers them), the
   Roles bound to the pod's service account grant what its flags need and
-  nothing more (the Lease; the EndpointSlice with --route-service; Events
-  with --record-events), the NetworkPolicy and the FlowSchema cover the pod;
+  nothing more (every Lease of --lease-name or --shards; the EndpointSlice
+  with --route-service; Events with --record-events), every gate follows one
+  of the sidecar's Leases (--lease, required beside several), the
+  NetworkPolicy and the FlowSchema cover the pod;
 - Metricbeat's modules glob matches both module directories and the file
   gate's DST but never its temporary file, and reload.period fits the margin;
 - --state-dir is an emptyDir mounted in the sidecar;
@@ -84,6 +86,29 @@ def flags(args):
             out[name] = value
         i += 1
     return out
+
+
+def flag_values(args, name):
+    """Every value of a repeatable --name (`--name v` or `--name=v`), before `--`."""
+    out = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == f"--{name}" and i + 1 < len(args):
+            out.append(args[i + 1])
+        elif arg.startswith(f"--{name}="):
+            out.append(arg.split("=", 1)[1])
+    return out
+
+
+def lease_names(args):
+    """The Leases a `serve` command line contends for: every --lease-name
+    (repeated, or separated by commas), or NAME-0 ... of --shards."""
+    names = [n for value in flag_values(args, "lease-name") for n in value.split(",") if n]
+    shards = flags(args).get("shards")
+    if shards and len(names) == 1:
+        names = [f"{names[0]}-{i}" for i in range(int(shards))]
+    return names
 
 
 def positional(args):
@@ -315,27 +340,42 @@ def check_leader_gate(docs, doc, template):
     for c, a in gates:
         if a and a[0] == "file-gate":
             check_file_gate(docs, where, spec, c, a, by_name, lag, margin, health)
-    # RBAC for the Lease.
-    lease_name = opts.get("lease-name")
+    # RBAC for every Lease, by name.
+    leases = lease_names(argv[1:])
+    if not leases:
+        bad(cw, "no --lease-name")
     sa = spec.get("serviceAccountName", "default")
-    granted = role_grants(docs, namespace, sa, lease_name)
-    # With manifests/lease-protection the Lease is shipped and the Role must
-    # not create it (a deleted Lease stays deleted until applied again).
-    shipped = any(
-        d["kind"] == "Lease"
-        and d["metadata"]["name"] == lease_name
-        and d["metadata"].get("namespace", "default") == namespace
+    # With manifests/lease-protection the Leases are shipped and the Role
+    # must not create them (a deleted Lease stays deleted until applied again).
+    shipped_names = {
+        d["metadata"]["name"]
         for d in docs
-    )
-    needed = {"get", "update", "list", "watch"} | (set() if shipped else {"create"})
-    missing = needed - granted
-    if missing:
-        bad(where, f"service account {sa} lacks {sorted(missing)} on Lease {lease_name}")
-    if shipped and "create" in granted:
-        bad(where, f"Lease {lease_name} is shipped but service account {sa} may still create Leases: a deleted Lease would be re-created at once")
+        if d["kind"] == "Lease" and d["metadata"].get("namespace", "default") == namespace
+    }
+    shipped = bool(leases) and all(lease in shipped_names for lease in leases)
+    for lease_name in leases:
+        granted = role_grants(docs, namespace, sa, lease_name)
+        needed = {"get", "update", "list", "watch"} | (set() if shipped else {"create"})
+        missing = needed - granted
+        if missing:
+            bad(where, f"service account {sa} lacks {sorted(missing)} on Lease {lease_name}")
+        if shipped and "create" in granted:
+            bad(where, f"Lease {lease_name} is shipped but service account {sa} may still create Leases: a deleted Lease would be re-created at once")
+    # Each gate follows one of the sidecar's Leases: beside several, one it
+    # names (without --lease it stays closed); beside one, that one.
+    for c, a in gates:
+        if not a or a[0] not in ("exec", "file-gate", "watch", "status", "wait"):
+            continue
+        follows = flags(a[1:]).get("lease")
+        if follows is None and len(leases) > 1:
+            bad(f"{where} container {c['name']}", f"names no --lease, beside a sidecar of {len(leases)} Leases: it would stay closed")
+        elif follows is not None and follows not in leases:
+            bad(f"{where} container {c['name']}", f"--lease {follows} is not one of the sidecar's Leases {leases}")
+    if len(leases) > 1 and "route-service" in opts:
+        bad(cw, "--route-service follows one Lease and is refused with several")
     if not any(d["kind"] == "ServiceAccount" and d["metadata"]["name"] == sa for d in docs):
         bad(where, f"service account {sa} is not defined")
-    check_rbac_needed(docs, where, namespace, sa, opts, lease_name, shipped, serve)
+    check_rbac_needed(docs, where, namespace, sa, opts, leases, shipped, serve)
     # The admin port behind a NetworkPolicy.
     covered = False
     for np in docs:
@@ -390,11 +430,15 @@ def bound_roles(docs, namespace, service_account):
             yield roles[rb["roleRef"]["name"]]
 
 
-def check_rbac_needed(docs, where, namespace, sa, opts, lease_name, shipped, serve):
+def check_rbac_needed(docs, where, namespace, sa, opts, leases, shipped, serve):
     """RBAC only for what the flags use: every (group, resource, verb, name)
     that a Role bound to the sidecar's service account grants must be one the
     sidecar's command line needs."""
-    needed = {("coordination.k8s.io", "leases", v, lease_name) for v in ("get", "update", "list", "watch")}
+    needed = {
+        ("coordination.k8s.io", "leases", v, lease)
+        for v in ("get", "update", "list", "watch")
+        for lease in leases
+    }
     if not shipped:
         needed.add(("coordination.k8s.io", "leases", "create", None))
     if "route-service" in opts:
