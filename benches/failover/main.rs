@@ -27,6 +27,10 @@
 //! binary; by default `bench-peer/target/release/klm-gate` if it is built,
 //! else the peer rows are skipped with a note.
 //!
+//! `shards1000` (by name only; `shards10` for a quick look): 1,000 pods
+//! contending for the same 4 Leases, spread over them (see `shards.rs`);
+//! `shards-memory` (in the default set): one sidecar with 1 Lease and with 4.
+//!
 //! `herd1000`, `herd5000` (`herd` names both; by name only): hand-overs
 //! with no successor named — a graceful stop and a crash — among that many
 //! candidates, with the 409s each costs (see `herd.rs`).
@@ -58,6 +62,7 @@ mod peer;
 mod program;
 mod resume;
 mod routing;
+mod shards;
 mod swarm;
 mod table;
 mod wrk;
@@ -337,6 +342,23 @@ fn main() {
             }
         }
         herd::print(&herds, &mut table);
+        // Several Leases over a large group (`shards1000`; `shards10` for a
+        // quick look): by name only, matched whole.
+        let mut shard_row = shards::Row::default();
+        for size in [10usize, 1000] {
+            let name = format!("shards{size}");
+            if opts.only.contains(&name) {
+                note(&name);
+                shard_row = shards::run(size, swarm_rounds, swarm_steady, &note).await;
+            }
+        }
+        shards::rows(&shard_row, &mut table);
+        let shard_memory = if opts.wants("shards-memory") {
+            note("shards-memory");
+            shards::memory(rounds.min(5)).await
+        } else {
+            Vec::new()
+        };
         // Two minutes a round: asked for by name only.
         let outage_run = if opts.named("outage") {
             note("outage");
@@ -377,6 +399,7 @@ fn main() {
         table.print();
         swarm::print_writes(&swarms);
         herd::print_conflicts(&herds);
+        shards::print(&shard_row, &shard_memory);
         fanout::print(&fanouts);
         if let Some(outage_run) = &outage_run {
             outage::print(outage_run);

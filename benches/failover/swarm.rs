@@ -32,7 +32,7 @@ use leader_gate::elector::lease_client::KubeLeaseStore;
 use leader_gate::elector::machine::{Election, Settings};
 use leader_gate::serve::metrics::Metrics;
 use leader_gate::serve::published::{LeaderState, Publisher};
-use leader_gate::serve::transitions::EventLog;
+use leader_gate::serve::transitions::{EventLog, LeaseLabel};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -71,6 +71,15 @@ fn kubeconfig_yaml(api: &FakeApiServer, client: &str) -> String {
         ns = api.namespace(),
         token = api.token(client),
     )
+}
+
+/// A kube client of its own for candidate `name`, on Lease `lease`.
+pub(crate) async fn client_of(api: &FakeApiServer, name: &str, lease: &str) -> KubeLeaseStore {
+    let kubeconfig = Kubeconfig::from_yaml(&kubeconfig_yaml(api, name)).expect("yaml");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kube config");
+    KubeLeaseStore::new(config, NAMESPACE, lease).expect("client")
 }
 
 impl Swarm {
@@ -113,12 +122,7 @@ impl Swarm {
     async fn spawn(&mut self) {
         let name = format!("m{}", self.next);
         self.next += 1;
-        let kubeconfig = Kubeconfig::from_yaml(&kubeconfig_yaml(&self.api, &name)).expect("yaml");
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .expect("kube config");
-        let store = KubeLeaseStore::new(config, NAMESPACE, LEASE).expect("client");
+        let store = client_of(&self.api, &name, LEASE).await;
         let settings = Settings {
             identity: name.clone(),
             namespace: NAMESPACE.into(),
@@ -127,7 +131,7 @@ impl Swarm {
             renew_deadline: self.timing.renew_deadline,
             retry_period: self.timing.retry,
         };
-        let events = EventLog::new(&name, 8, 8);
+        let events = EventLog::new(&name, LeaseLabel::alone(NAMESPACE, LEASE), 8, 8);
         let metrics = Arc::new(Metrics::new(NAMESPACE, LEASE));
         let (publisher, state) = Publisher::new(events, metrics);
         let stop = CancellationToken::new();
