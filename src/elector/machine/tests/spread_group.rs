@@ -6,7 +6,8 @@
 //! a gate lag. Pods crash (they stop, their records stay until they expire)
 //! and join (a new process).
 //!
-//! Checked: no Lease ever has two leaders; after the last crash or join,
+//! Operators ask for hand-overs (to any pod, holding a Lease or not, running
+//! or not). Checked: no Lease ever has two leaders; after the last change,
 //! every Lease has a leader and, with at least as many pods as Leases, no
 //! pod leads two — and it stays so.
 
@@ -137,6 +138,19 @@ impl Group {
             self.pods.resize_with(p + 1, || None);
         }
         self.pods[p] = Some(pod);
+    }
+
+    /// The operator's hand-over request on Lease `j`, to pod `to`: one CAS
+    /// write of the annotation, as `leader-gate handover` does.
+    fn request_handover(&mut self, j: usize, to: usize) {
+        let Some(current) = &self.stores[j].lease else {
+            return;
+        };
+        let mut object = current.object().clone();
+        set_annotation(&mut object, HANDOVER_ANNOTATION, Some(&format!("pod-{to}")));
+        self.stores[j]
+            .apply(&WriteOp::Replace(Box::new(object)))
+            .expect("the operator's write on the current object");
     }
 
     fn crash(&mut self, p: usize) {
@@ -297,6 +311,10 @@ enum Change {
     Crash(usize),
     Start(usize),
     Wait(u64),
+    /// An operator asks the holder of Lease `.0` (modulo the Leases) to
+    /// hand it over to pod `.1` (`leader-gate handover --to`), which may
+    /// hold another Lease already, or not run.
+    Handover(usize, usize),
 }
 
 fn change(pods: usize) -> impl Strategy<Value = Change> {
@@ -304,6 +322,7 @@ fn change(pods: usize) -> impl Strategy<Value = Change> {
         1 => (0..pods).prop_map(Change::Crash),
         1 => (0..pods).prop_map(Change::Start),
         2 => (0..30_000u64).prop_map(Change::Wait),
+        1 => (0..4usize, 0..pods).prop_map(|(j, to)| Change::Handover(j, to)),
     ]
 }
 
@@ -324,7 +343,7 @@ proptest! {
     })]
 
     #[test]
-    fn several_leases_never_have_two_leaders_and_spread_out_after_crashes_and_joins(
+    fn several_leases_never_have_two_leaders_and_spread_out_after_crashes_joins_and_handovers(
         leases in 2..4usize,
         pods in 2..6usize,
         changes in proptest::collection::vec(change(6), 0..12),
@@ -339,6 +358,7 @@ proptest! {
             match change {
                 Change::Crash(p) => group.crash(*p),
                 Change::Start(p) => group.start(*p),
+                Change::Handover(j, to) => group.request_handover(j % leases, *to),
                 Change::Wait(ms) => {
                     for _ in 0..(ms / 100) {
                         group.step()?;
@@ -429,4 +449,32 @@ fn a_pod_joining_one_that_holds_every_lease_takes_exactly_one_and_nothing_moves_
             group.describe()
         );
     }
+}
+
+#[test]
+fn a_hand_over_to_a_pod_holding_another_lease_goes_to_a_pod_holding_none_instead() {
+    // Spreading outranks the operator's choice of a pod that already holds
+    // one: it stands back as a successor, and the fallback (a pod holding
+    // none, here the old holder) takes the Lease; the spread is kept.
+    let mut group = Group::new(3);
+    group.gate_lag = Duration::from_secs(1);
+    for p in 0..3 {
+        group.start(p);
+    }
+    group.settle(SETTLE).unwrap();
+    let before: Vec<Vec<usize>> = (0..3).map(|j| group.leaders_of(j)).collect();
+    let to = before[1][0];
+    let writes = group.writes;
+    group.request_handover(0, to);
+    let mut stepped_down = false;
+    for _ in 0..300 {
+        group.step().unwrap();
+        stepped_down |= group.leaders_of(0).is_empty();
+        assert_ne!(group.leaders_of(0), [to], "{}", group.describe());
+    }
+    assert!(stepped_down, "the holder never acted on the request");
+    assert!(group.spread_out(), "{}", group.describe());
+    let after: Vec<Vec<usize>> = (0..3).map(|j| group.leaders_of(j)).collect();
+    assert_eq!(after, before, "Lease 0 back with a pod holding none");
+    assert!(group.writes > writes);
 }
