@@ -9,6 +9,7 @@ mod support;
 mod acknowledged;
 mod apiserver_contract;
 mod chaos;
+mod chaos_several;
 mod cli;
 mod collector_health;
 mod election_scenarios;

@@ -60,6 +60,17 @@ impl EventClient {
         Self::try_connect_to(addr, "/events", last_event_id).await
     }
 
+    /// Like [`EventClient::try_connect`], to one Lease's stream of a sidecar
+    /// of several Leases (`/events?lease=LEASE`; Lease names are DNS
+    /// labels, nothing to escape).
+    pub async fn try_connect_lease(
+        addr: SocketAddr,
+        lease: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<EventClient, Box<dyn std::error::Error + Send + Sync>> {
+        Self::try_connect_to(addr, &format!("/events?lease={lease}"), last_event_id).await
+    }
+
     /// Subscribes as the registered gate `gate` (`/events?gate=GATE`).
     pub async fn connect_as_gate(addr: SocketAddr, gate: &str) -> EventClient {
         Self::try_connect_to(addr, &format!("/events?gate={gate}"), None)
