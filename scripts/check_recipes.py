@@ -269,7 +269,7 @@ def check_leader_gate(where, pod, sa, namespace, docs, binary):
     missing = {"get", "update", "list", "watch"} - granted
     if missing:
         bad(where, f"service account {sa} lacks {sorted(missing)} on Lease {lease}")
-    check_manifests.check_rbac_needed(docs, where, namespace, sa, opts, lease, True, serve)
+    check_manifests.check_rbac_needed(docs, where, namespace, sa, opts, [lease], True, serve)
 
 
 # The image users: Metricbeat's image runs as `metricbeat` (1000), the
