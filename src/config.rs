@@ -15,6 +15,7 @@ pub use crate::duration::parse_duration;
 use crate::elector::driver::ShutdownOptions;
 use crate::elector::lease::MAX_IDENTITY_LEN;
 use crate::serve::collector_health;
+use crate::serve::gate_channel::GateChannel;
 use crate::serve::routing;
 
 /// leader-gate: contends for a Kubernetes Lease and tells the collector next
@@ -268,9 +269,24 @@ pub struct ServeArgs {
     #[arg(long, env = "LEADER_GATE_ROUTE_SERVICE", value_name = "SERVICE")]
     pub route_service: Option<String>,
 
-    /// This pod's IP, for --route-service (from the downward API: status.podIP).
+    /// This pod's IP, for --route-service (from the downward API: status.podIP);
+    /// with --host-ip it also tells whether the pod uses the node's network.
     #[arg(long, env = "LEADER_GATE_POD_IP")]
     pub pod_ip: Option<String>,
+
+    /// The node's IP (from the downward API: status.hostIP). When it equals
+    /// --pod-ip the pod uses the node's network, where loopback is shared by
+    /// every pod and process of the node: gates may then register and
+    /// acknowledge only over --gate-socket.
+    #[arg(long, env = "LEADER_GATE_HOST_IP")]
+    pub host_ip: Option<String>,
+
+    /// Also serve the gate routes on a Unix socket at this path, in a
+    /// directory only this pod mounts (an emptyDir shared with the gates):
+    /// gates then register and acknowledge over it alone (`--url
+    /// unix:PATH`), whatever the pod's networking. Reads stay on --listen too.
+    #[arg(long, env = "LEADER_GATE_GATE_SOCKET", value_name = "PATH")]
+    pub gate_socket: Option<std::path::PathBuf>,
 
     /// This pod's name, for --route-service [default: the identity].
     #[arg(long, env = "LEADER_GATE_POD_NAME")]
@@ -400,6 +416,9 @@ pub struct ServeConfig {
     pub successor_claim_window: Duration,
     /// Leader routing through an EndpointSlice (`--route-service`).
     pub route: Option<routing::Options>,
+    /// Where gates register and acknowledge (`--gate-socket`, and whether
+    /// the pod uses the node's network).
+    pub gate_channel: GateChannel,
 }
 
 // === impl ServeArgs ===
@@ -437,6 +456,8 @@ impl ServeArgs {
             successor_claim_window,
             route_service,
             pod_ip,
+            host_ip,
+            gate_socket,
             pod_name,
             node_name,
         } = self;
@@ -611,6 +632,7 @@ impl ServeArgs {
                 "routes a Service to the holder of one Lease: it cannot be used with several Leases",
             ));
         }
+        let gate_channel = gate_channel(gate_socket, pod_ip.as_deref(), host_ip.as_deref())?;
         let route = route_service
             .map(|service| route_options(service, pod_ip, pod_name, node_name, &identity))
             .transpose()?;
@@ -637,6 +659,7 @@ impl ServeArgs {
             state_dir,
             successor_claim_window,
             route,
+            gate_channel,
         })
     }
 }
@@ -730,6 +753,45 @@ fn validate_namespace(namespace: &str) -> Result<(), ConfigError> {
             ),
         ))
     }
+}
+
+/// `--gate-socket` (an absolute path that fits a socket address), and
+/// whether the pod uses the node's network (`--pod-ip` equals `--host-ip`).
+fn gate_channel(
+    socket: Option<std::path::PathBuf>,
+    pod_ip: Option<&str>,
+    host_ip: Option<&str>,
+) -> Result<GateChannel, ConfigError> {
+    if let Some(path) = &socket {
+        use std::os::unix::ffi::OsStrExt;
+        // sun_path holds 108 bytes with its terminating NUL.
+        let len = path.as_os_str().as_bytes().len();
+        if !path.is_absolute() || len == 0 || len > 107 {
+            return Err(invalid(
+                "--gate-socket",
+                format!(
+                    "{} must be an absolute path of at most 107 bytes (a Unix socket's limit), e.g. /run/leader-gate/gate.sock",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    let ip = |flag: &'static str, text: Option<&str>| {
+        text.filter(|t| !t.is_empty())
+            .map(|t| {
+                t.parse::<std::net::IpAddr>()
+                    .map_err(|_| invalid(flag, format!("{t:?} is not an IP address")))
+            })
+            .transpose()
+    };
+    let host_ip = ip("--host-ip", host_ip)?;
+    // --pod-ip is checked here only beside --host-ip (--route-service
+    // checks it on its own).
+    let pod_ip = match host_ip {
+        Some(_) => ip("--pod-ip", pod_ip)?,
+        None => None,
+    };
+    Ok(GateChannel::new(socket.as_deref(), pod_ip, host_ip))
 }
 
 /// `--route-service` and the pod it names, checked as the API server would

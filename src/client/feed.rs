@@ -335,7 +335,7 @@ impl Feed {
                     .unwrap_or_default();
                 self.lost(format!(
                     "the sidecar at {} answered {status} to {endpoint}: {body}",
-                    self.url.authority(),
+                    self.url,
                 ))
             }
             Err(error) => self.lost(error.to_string()),

@@ -1,5 +1,6 @@
 //! The sidecar's gate listener as clients address it (`--url`, default
-//! `http://127.0.0.1:4040`, also `$LEADER_GATE_URL`), the one of its Leases
+//! `http://127.0.0.1:4040`, also `$LEADER_GATE_URL`; `unix:/PATH` for the
+//! pod-local gate socket of `serve --gate-socket`), the one of its Leases
 //! a client follows (`--lease`, for a sidecar of several), and the few plain
 //! HTTP/1.1 requests clients make.
 
@@ -9,14 +10,16 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, Uri};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 /// The default gate listener.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:4040";
 
-/// An `--url` that is not `http://HOST:PORT[/PREFIX]`.
+/// An `--url` that is not `http://HOST:PORT[/PREFIX]` or `unix:/PATH`.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid --url {0:?}: must be http://HOST:PORT, the sidecar's gate listener")]
+#[error(
+    "invalid --url {0:?}: must be http://HOST:PORT or unix:/PATH, the sidecar's gate listener or socket"
+)]
 pub struct InvalidUrl(pub String);
 
 /// Why a request failed.
@@ -38,6 +41,8 @@ pub enum RequestError {
 pub struct GateUrl {
     host: String,
     port: u16,
+    /// `unix:/PATH`: the gate socket (then `host` and `port` are unused).
+    socket: Option<std::path::PathBuf>,
     /// The path prefix, without a trailing slash (usually empty).
     prefix: String,
     /// The Lease followed, when the sidecar contends for several.
@@ -47,8 +52,22 @@ pub struct GateUrl {
 impl GateUrl {
     /// Parses `http://HOST:PORT`; a trailing `/events` or `/leader` (the
     /// form `leader-gate watch` used to take) names the same listener.
+    /// `unix:/PATH` (also `unix:///PATH`) names the gate socket.
     pub fn parse(text: &str) -> Result<Self, InvalidUrl> {
         let invalid = || InvalidUrl(text.to_owned());
+        if let Some(path) = text.strip_prefix("unix:") {
+            let path = path.strip_prefix("//").unwrap_or(path);
+            if !path.starts_with('/') || path.len() > 107 || path.contains('?') {
+                return Err(invalid());
+            }
+            return Ok(Self {
+                host: "localhost".to_owned(),
+                port: 80,
+                socket: Some(path.into()),
+                prefix: String::new(),
+                lease: None,
+            });
+        }
         let uri: Uri = text.parse().map_err(|_| invalid())?;
         if uri.scheme_str() != Some("http") || uri.query().is_some() {
             return Err(invalid());
@@ -65,6 +84,7 @@ impl GateUrl {
                 .trim_end_matches(']')
                 .to_owned(),
             port: uri.port_u16().unwrap_or(80),
+            socket: None,
             prefix: prefix.to_owned(),
             lease: None,
         })
@@ -103,6 +123,9 @@ impl GateUrl {
     /// Any other plain-HTTP URL, taken as it is (e.g. a collector's
     /// `/-/reload`): request it with the endpoint `""`.
     pub fn parse_exact(text: &str) -> Result<Self, InvalidUrl> {
+        if text.starts_with("unix:") {
+            return Err(InvalidUrl(text.to_owned()));
+        }
         let mut url = Self::parse(text)?;
         let uri: Uri = text.parse().map_err(|_| InvalidUrl(text.to_owned()))?;
         url.prefix = uri.path().to_owned();
@@ -115,9 +138,12 @@ impl GateUrl {
         if path.is_empty() { "/".into() } else { path }
     }
 
-    /// `host:port`, for the `Host` header and messages.
+    /// `host:port`, for the `Host` header and messages (`localhost` on
+    /// the gate socket).
     pub fn authority(&self) -> String {
-        if self.host.contains(':') {
+        if self.socket.is_some() {
+            self.host.clone()
+        } else if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
             format!("{}:{}", self.host, self.port)
@@ -135,13 +161,22 @@ impl GateUrl {
     ) -> Result<Response<Incoming>, RequestError> {
         let path = self.path(endpoint);
         let exchange = async {
-            let stream = TcpStream::connect((self.host.as_str(), self.port))
-                .await
-                .map_err(|source| RequestError::Connect {
-                    addr: self.authority(),
-                    source,
-                })?;
-            request(stream, method, &path, &self.authority(), headers).await
+            let connect_error = |source| RequestError::Connect {
+                addr: self.to_string(),
+                source,
+            };
+            match &self.socket {
+                Some(socket) => {
+                    let stream = UnixStream::connect(socket).await.map_err(connect_error)?;
+                    request(stream, method, &path, &self.authority(), headers).await
+                }
+                None => {
+                    let stream = TcpStream::connect((self.host.as_str(), self.port))
+                        .await
+                        .map_err(connect_error)?;
+                    request(stream, method, &path, &self.authority(), headers).await
+                }
+            }
         };
         tokio::time::timeout(timeout, exchange)
             .await
@@ -169,8 +204,18 @@ impl GateUrl {
 
 /// A request on an open connection; the connection is driven in the
 /// background until the response body is dropped.
+/// The listener as a user names it: `host:port`, or `unix:/PATH`.
+impl std::fmt::Display for GateUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.socket {
+            Some(socket) => write!(f, "unix:{}", socket.display()),
+            None => f.write_str(&self.authority()),
+        }
+    }
+}
+
 async fn request(
-    stream: TcpStream,
+    stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
     method: Method,
     path: &str,
     authority: &str,
@@ -239,8 +284,59 @@ mod tests {
             "http://",
             "",
             "http://h:1/?x=1",
+            "unix:relative.sock",
+            "unix:",
         ] {
             assert!(GateUrl::parse(bad).is_err(), "{bad:?}");
         }
+        // A collector's reload endpoint is plain HTTP.
+        assert!(GateUrl::parse_exact("unix:/run/prometheus.sock").is_err());
+    }
+
+    #[test]
+    fn the_gate_socket_is_named_unix_and_a_path() {
+        for text in [
+            "unix:/run/leader-gate/gate.sock",
+            "unix:///run/leader-gate/gate.sock",
+        ] {
+            let url = GateUrl::parse(text).unwrap();
+            assert_eq!(url.to_string(), "unix:/run/leader-gate/gate.sock");
+            assert_eq!(url.path("/events"), "/events");
+            assert_eq!(url.authority(), "localhost", "the Host header");
+            let shard = url.for_lease(Some("ksm-2".into()));
+            assert_eq!(shard.leader(), "/leader/ksm-2");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_on_the_gate_socket_reaches_it() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let path = std::env::temp_dir().join(format!("lg-url-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 512];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buf).await.unwrap();
+                head.extend_from_slice(&buf[..n]);
+            }
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            String::from_utf8(head).unwrap()
+        });
+        let url = GateUrl::parse(&format!("unix:{}", path.display())).unwrap();
+        let (status, body) = url
+            .fetch(Method::GET, "/leader", Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!((status, &body[..]), (200, &b"ok"[..]));
+        let head = server.await.unwrap();
+        assert!(head.starts_with("GET /leader HTTP/1.1\r\n"), "{head}");
+        assert!(head.to_lowercase().contains("host: localhost"), "{head}");
+        let _ = std::fs::remove_file(&path);
     }
 }

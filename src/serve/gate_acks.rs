@@ -30,6 +30,7 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::watch;
 
+use crate::serve::gate_channel::GateChannel;
 use crate::serve::published::AppState;
 use crate::serve::routes::not_this_lease;
 use crate::serve::server::Peer;
@@ -349,20 +350,22 @@ impl GateAcks {
 
 /// The handler of `POST /gates/{gate}/closed?term=TERM`: 204 when counted;
 /// 409 for a term that is not the current or last one; 404 for a gate not
-/// registered for it; 403 from anywhere but this host (an acknowledgement
-/// lets a peer start, so only the pod's own containers may give one).
+/// registered for it; 403 from anywhere but the gate channel (an
+/// acknowledgement lets a peer start, so only the pod's own containers may
+/// give one: [`crate::serve::gate_channel`]).
 pub async fn closed(
     State(app): State<Arc<AppState>>,
     Path(gate): Path<String>,
     peer: Option<Extension<Peer>>,
+    channel: Option<Extension<Arc<GateChannel>>>,
     uri: Uri,
 ) -> Response {
-    if !from_this_pod(peer.as_ref()) {
-        return (
-            StatusCode::FORBIDDEN,
-            "acknowledgements are taken from this pod only (a loopback address)\n",
-        )
-            .into_response();
+    if let Err(refusal) = from_this_pod(
+        peer.as_ref(),
+        channel.as_ref(),
+        "acknowledgements are taken",
+    ) {
+        return (StatusCode::FORBIDDEN, refusal).into_response();
     }
     if let Some(refusal) = not_this_lease(&app, uri.query()) {
         return refusal;
@@ -388,11 +391,20 @@ pub async fn closed(
     }
 }
 
-/// Whether a request came from this pod's own containers (a loopback
-/// address, also IPv4-mapped on a dual-stack listener): only they may
-/// register a gate or acknowledge for one.
-pub fn from_this_pod(peer: Option<&Extension<Peer>>) -> bool {
-    peer.is_some_and(|Extension(Peer(addr))| addr.ip().to_canonical().is_loopback())
+/// Whether a request came from this pod's own containers, by the gate
+/// channel of the listener's router (a loopback address when it has none):
+/// only they may register a gate or acknowledge for one. The refusal's
+/// words otherwise.
+pub fn from_this_pod(
+    peer: Option<&Extension<Peer>>,
+    channel: Option<&Extension<Arc<GateChannel>>>,
+    what: &str,
+) -> Result<(), String> {
+    let peer = peer.map(|Extension(peer)| peer);
+    match channel {
+        Some(Extension(channel)) => channel.admits(peer, what),
+        None => GateChannel::Loopback.admits(peer, what),
+    }
 }
 
 /// The value of `name` in a query string, percent-decoded.

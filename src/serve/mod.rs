@@ -11,7 +11,9 @@
 //! - [`transitions`]: the log of leadership transitions (ids, history, fan-out).
 //! - [`sse_route`]: `GET /events`, the transition log as server-sent events.
 //! - [`gate_acks`]: the gates registered for a term, and their
-//!   acknowledgements that it ended for them (an early release).
+//!   acknowledgements that it ended for them (an early release);
+//!   [`gate_channel`]: who may register and acknowledge (loopback, or the
+//!   pod-local gate socket).
 //! - [`kube_events`]: Kubernetes Events about the Lease (`--record-events`).
 //! - [`routing`]: the EndpointSlice that routes a Service to the leader
 //!   (`--route-service`).
@@ -26,6 +28,7 @@ pub mod collector_health;
 pub mod collector_policy;
 pub mod exposition;
 pub mod gate_acks;
+pub mod gate_channel;
 pub mod kube_events;
 pub mod lease_stack;
 pub mod metrics;

@@ -255,7 +255,9 @@ mod tests {
                 .uri(path)
                 .body(Body::empty())
                 .unwrap();
-            request.extensions_mut().insert(Peer(peer.parse().unwrap()));
+            request
+                .extensions_mut()
+                .insert(Peer::Network(peer.parse().unwrap()));
             let router = router.clone();
             async move { router.oneshot(request).await.unwrap().status() }
         };
@@ -303,7 +305,9 @@ mod tests {
         let router = lease_gate_router(app);
         let subscribe = |peer: &str, path: &str| {
             let mut request = Request::builder().uri(path).body(Body::empty()).unwrap();
-            request.extensions_mut().insert(Peer(peer.parse().unwrap()));
+            request
+                .extensions_mut()
+                .insert(Peer::Network(peer.parse().unwrap()));
             let router = router.clone();
             async move { router.oneshot(request).await.unwrap().status() }
         };

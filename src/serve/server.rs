@@ -51,7 +51,8 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{Interest, Ready};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
@@ -120,18 +121,64 @@ const LINGER_BYTES: usize = 256 * 1024;
 #[derive(Clone)]
 pub struct ReadClosed(pub CancellationToken);
 
-/// In a request's extensions: the address of its client.
-#[derive(Clone, Copy, Debug)]
-pub struct Peer(pub SocketAddr);
+/// In a request's extensions: where its client came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// A TCP client, by its address.
+    Network(SocketAddr),
+    /// A client of a Unix socket: whoever can reach its path (the gate
+    /// socket's directory is shared by the pod's own containers only).
+    UnixSocket,
+}
+
+/// What a server accepts connections on.
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl From<TcpListener> for Listener {
+    fn from(listener: TcpListener) -> Self {
+        Self::Tcp(listener)
+    }
+}
+
+impl From<UnixListener> for Listener {
+    fn from(listener: UnixListener) -> Self {
+        Self::Unix(listener)
+    }
+}
+
+/// An accepted connection of either kind.
+enum Accepted {
+    Tcp(TcpStream, SocketAddr),
+    Unix(UnixStream),
+}
+
+impl Listener {
+    async fn accept(&self) -> io::Result<Accepted> {
+        match self {
+            Self::Tcp(listener) => listener
+                .accept()
+                .await
+                .map(|(stream, peer)| Accepted::Tcp(stream, peer)),
+            Self::Unix(listener) => listener
+                .accept()
+                .await
+                .map(|(stream, _)| Accepted::Unix(stream)),
+        }
+    }
+}
 
 /// Serves `router` on `listener` until `shutdown`, then lets open requests
 /// finish (event streams end on the same token).
 pub async fn serve(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     router: Router,
     shutdown: CancellationToken,
     limits: Limits,
 ) -> io::Result<()> {
+    let listener = listener.into();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         // A client may shut its sending side once its request is written
@@ -150,7 +197,7 @@ pub async fn serve(
     let table = &listener_state.table;
     let mut connections = JoinSet::new();
     loop {
-        let (stream, peer) = tokio::select! {
+        let accepted = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 // EMFILE and friends: wait a little rather than spin.
@@ -164,18 +211,27 @@ pub async fn serve(
             Some(_) = connections.join_next() => continue,
         };
         let Some(slot) = table.admit(limits.max_connections) else {
-            drop(stream); // every connection is serving a flowing answer
+            drop(accepted); // every connection is serving a flowing answer
             continue;
         };
-        let _ = stream.set_nodelay(true);
-        limit_send_buffer(&stream);
-        connections.spawn(connection(
-            stream,
-            peer,
-            listener_state.clone(),
-            slot,
-            shutdown.clone(),
-        ));
+        let (state, shutdown) = (listener_state.clone(), shutdown.clone());
+        match accepted {
+            Accepted::Tcp(stream, peer) => {
+                let _ = stream.set_nodelay(true);
+                limit_send_buffer(&stream);
+                connections.spawn(connection(
+                    stream,
+                    Peer::Network(peer),
+                    state,
+                    slot,
+                    shutdown,
+                ));
+            }
+            Accepted::Unix(stream) => {
+                limit_send_buffer(&stream);
+                connections.spawn(connection(stream, Peer::UnixSocket, state, slot, shutdown));
+            }
+        }
     }
     drop(listener);
     while connections.join_next().await.is_some() {}
@@ -184,8 +240,7 @@ pub async fn serve(
 
 /// Fixes the socket's send buffer at [`SEND_BUFFER`], so that the kernel
 /// does not grow it (up to 4 MiB by default) for a client that does not read.
-fn limit_send_buffer(stream: &TcpStream) {
-    use std::os::fd::AsRawFd;
+fn limit_send_buffer(stream: &impl std::os::fd::AsRawFd) {
     let size = SEND_BUFFER as libc::c_int;
     // SAFETY: a valid socket, and a pointer to an int of the length given.
     unsafe {
@@ -211,9 +266,9 @@ struct Shared {
 type Answer = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
 /// One connection, from its admission to its close.
-async fn connection(
-    stream: TcpStream,
-    peer: SocketAddr,
+async fn connection<S: Socket>(
+    stream: S,
+    peer: Peer,
     shared: Arc<Shared>,
     slot: Arc<Slot>,
     shutdown: CancellationToken,
@@ -226,7 +281,7 @@ async fn connection(
     // connections of an attack would each get hyper's buffers), and a peek
     // that finds nothing waits again.
     let mut byte = [0u8; 1];
-    let first_byte = tokio::time::timeout(limits.header_read_timeout, stream.peek(&mut byte));
+    let first_byte = tokio::time::timeout(limits.header_read_timeout, peek(&stream, &mut byte));
     let readable = tokio::select! {
         peeked = first_byte => matches!(peeked, Ok(Ok(1))),
         () = slot.evicted.cancelled() => false,
@@ -254,7 +309,7 @@ async fn connection(
             request
                 .extensions_mut()
                 .insert(ReadClosed(busy_slot.read_closed.clone()));
-            request.extensions_mut().insert(Peer(peer));
+            request.extensions_mut().insert(peer);
             let busy = Busy::new(busy_slot.clone());
             // A connection's first request is answered at once (a probe's
             // only one); every later one takes its turn in a fair queue,
@@ -294,14 +349,14 @@ async fn connection(
                 Pin::new(&mut connection).graceful_shutdown();
                 stopping = true;
             }
-            () = client_closed(&stream), if !slot.read_closed.is_cancelled() => {
+            () = client_closed(&*stream), if !slot.read_closed.is_cancelled() => {
                 slot.read_closed.cancel();
             }
         }
     };
     drop(connection);
     if finished {
-        linger(&stream, &slot.evicted, &shutdown).await;
+        linger(&*stream, &slot.evicted, &shutdown).await;
     }
     table.release(&slot);
 }
@@ -342,12 +397,12 @@ async fn without_body(request: Request<Incoming>) -> Result<Request<Body>, Respo
 /// answers a request from a client that may have only half-closed. Input
 /// that waits unread is hyper's to read (and its readiness hyper's to
 /// clear), so then this only looks again a little later.
-async fn client_closed(stream: &TcpStream) {
+async fn client_closed(stream: &impl Socket) {
     // From 100 ms, doubling to a second while input stays unread (a client
     // pipelining requests it does not read the answers of).
     let mut again = Duration::from_millis(100);
     loop {
-        match stream.ready(tokio::io::Interest::READABLE).await {
+        match stream.ready(Interest::READABLE).await {
             Ok(ready) if ready.is_read_closed() => return,
             Ok(_) => {
                 tokio::time::sleep(again).await;
@@ -359,8 +414,7 @@ async fn client_closed(stream: &TcpStream) {
 }
 
 /// Shuts the socket's sending side (a FIN after what was written).
-fn shutdown_write(stream: &TcpStream) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
+fn shutdown_write(stream: &impl std::os::fd::AsRawFd) -> io::Result<()> {
     // SAFETY: shutdown(2) on a socket we own.
     if unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_WR) } != 0 {
         return Err(io::Error::last_os_error());
@@ -372,7 +426,7 @@ fn shutdown_write(stream: &TcpStream) -> io::Result<()> {
 /// sends (a body that was not read, pipelined requests) until it closes
 /// too, for at most [`LINGER`] and [`LINGER_BYTES`]: closing a socket with
 /// unread input sends a reset, which may destroy the answer in flight.
-async fn linger(stream: &TcpStream, evicted: &CancellationToken, shutdown: &CancellationToken) {
+async fn linger(stream: &impl Socket, evicted: &CancellationToken, shutdown: &CancellationToken) {
     if shutdown_write(stream).is_err() {
         return;
     }
@@ -531,8 +585,8 @@ impl hyper::body::Body for Tracked {
 /// A socket whose writes fail once one has been pending for `limit`; while
 /// one is pending, its slot says since when (the eviction order). It shares
 /// the socket with the connection's [`client_closed`] watch.
-struct WriteTimeout {
-    stream: Arc<TcpStream>,
+struct WriteTimeout<S> {
+    stream: Arc<S>,
     limit: Duration,
     slot: Arc<Slot>,
     /// The table's, from which stalls are counted.
@@ -541,8 +595,8 @@ struct WriteTimeout {
     stalled: Option<(Instant, Pin<Box<Sleep>>)>,
 }
 
-impl WriteTimeout {
-    fn new(stream: Arc<TcpStream>, limit: Duration, slot: Arc<Slot>, epoch: Instant) -> Self {
+impl<S> WriteTimeout<S> {
+    fn new(stream: Arc<S>, limit: Duration, slot: Arc<Slot>, epoch: Instant) -> Self {
         Self {
             stream,
             limit,
@@ -577,7 +631,7 @@ impl WriteTimeout {
     }
 }
 
-impl AsyncRead for WriteTimeout {
+impl<S: Socket> AsyncRead for WriteTimeout<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -597,13 +651,13 @@ impl AsyncRead for WriteTimeout {
     }
 }
 
-impl AsyncWrite for WriteTimeout {
+impl<S: Socket> AsyncWrite for WriteTimeout<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let result = poll_write_with(&self.stream, cx, |stream| stream.try_write(buf));
+        let result = poll_write_with(&*self.stream, cx, |stream| stream.try_write(buf));
         self.poll_progress(cx, result)
     }
 
@@ -612,7 +666,7 @@ impl AsyncWrite for WriteTimeout {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let result = poll_write_with(&self.stream, cx, |stream| stream.try_write_vectored(bufs));
+        let result = poll_write_with(&*self.stream, cx, |stream| stream.try_write_vectored(bufs));
         self.poll_progress(cx, result)
     }
 
@@ -630,16 +684,97 @@ impl AsyncWrite for WriteTimeout {
 }
 
 /// One write through a shared socket, waiting for it to accept one.
-fn poll_write_with(
-    stream: &TcpStream,
+fn poll_write_with<S: Socket>(
+    stream: &S,
     cx: &mut Context<'_>,
-    mut write: impl FnMut(&TcpStream) -> io::Result<usize>,
+    mut write: impl FnMut(&S) -> io::Result<usize>,
 ) -> Poll<io::Result<usize>> {
     loop {
         ready!(stream.poll_write_ready(cx))?;
         match write(stream) {
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
             result => return Poll::Ready(result),
+        }
+    }
+}
+
+// === the sockets served ===
+
+/// What the server needs of a stream socket: TCP and Unix alike.
+trait Socket: std::os::fd::AsRawFd + Send + Sync + 'static {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize>;
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize>;
+    fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize>;
+    fn ready(&self, interest: Interest) -> impl Future<Output = io::Result<Ready>> + Send;
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send;
+    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
+}
+
+macro_rules! impl_socket {
+    ($stream:ty) => {
+        impl Socket for $stream {
+            fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                <$stream>::poll_read_ready(self, cx)
+            }
+            fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                <$stream>::poll_write_ready(self, cx)
+            }
+            fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+                <$stream>::try_read(self, buf)
+            }
+            fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+                <$stream>::try_write(self, buf)
+            }
+            fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+                <$stream>::try_write_vectored(self, bufs)
+            }
+            fn ready(&self, interest: Interest) -> impl Future<Output = io::Result<Ready>> + Send {
+                <$stream>::ready(self, interest)
+            }
+            fn readable(&self) -> impl Future<Output = io::Result<()>> + Send {
+                <$stream>::readable(self)
+            }
+            fn try_io<R>(
+                &self,
+                interest: Interest,
+                f: impl FnOnce() -> io::Result<R>,
+            ) -> io::Result<R> {
+                <$stream>::try_io(self, interest, f)
+            }
+        }
+    };
+}
+impl_socket!(TcpStream);
+impl_socket!(UnixStream);
+
+/// Waits until at least one byte can be read and copies it to `buf`
+/// without consuming it (`MSG_PEEK`: Unix streams have no `peek` of their
+/// own). Resolves `Ok(0)` at the end of the stream.
+async fn peek(stream: &impl Socket, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        let peeked = stream.try_io(Interest::READABLE, || {
+            // SAFETY: recv(2) into a buffer of the length given, on a socket
+            // we own.
+            let n = unsafe {
+                libc::recv(
+                    stream.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_PEEK,
+                )
+            };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        });
+        match peeked {
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+            result => return result,
         }
     }
 }

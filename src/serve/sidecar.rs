@@ -9,6 +9,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use axum::Extension;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, watch};
@@ -18,6 +19,7 @@ use crate::config::{ServeConfig, resolve_namespace};
 use crate::elector::lease_client::{self, KubeLeaseStore};
 use crate::elector::machine::Spread;
 use crate::exit;
+use crate::serve::gate_channel::{self, GateChannel};
 use crate::serve::lease_stack::{LeaseStack, Process};
 use crate::serve::metrics::MetricsRegistry;
 use crate::serve::routes::{self, AppState};
@@ -43,6 +45,17 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     if let (Ok(gate), Ok(admin)) = (gate.local_addr(), admin.local_addr()) {
         tracing::info!(gate = %gate, admin = %admin, "listening");
     }
+    let gate_socket = match &config.gate_channel {
+        GateChannel::Socket(path) => match gate_channel::bind_socket(path).await {
+            Ok(socket) => Some(socket),
+            Err(error) => {
+                tracing::error!(%error, socket = %path.display(), "cannot bind the gate socket");
+                return ExitCode::from(exit::OSERR);
+            }
+        },
+        _ => None,
+    };
+    config.gate_channel.log();
     let kube_config = match lease_client::infer_config().await {
         Ok(kube_config) => kube_config,
         Err(error) => {
@@ -126,10 +139,12 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     let apps: Vec<AppState> = leases.iter().map(|lease| lease.app.clone()).collect();
 
     spawn_heap_trim();
-    let servers = [
+    let gate_router =
+        routes::gate_router(&apps).layer(Extension(Arc::new(config.gate_channel.clone())));
+    let mut servers = vec![
         tokio::spawn(server::serve(
             gate,
-            routes::gate_router(&apps),
+            gate_router.clone(),
             stop_serving.clone(),
             Limits::for_gate(config.max_subscribers),
         )),
@@ -140,6 +155,15 @@ pub async fn run(config: ServeConfig) -> ExitCode {
             Limits::default(),
         )),
     ];
+    // The same routes on the gate socket; its connections count apart.
+    if let Some(socket) = gate_socket {
+        servers.push(tokio::spawn(server::serve(
+            socket,
+            gate_router,
+            stop_serving.clone(),
+            Limits::for_gate(config.max_subscribers),
+        )));
+    }
 
     let first = match signal_or_end(signals.next(), &mut leases).await {
         Ok(first) => first,
@@ -179,6 +203,9 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     stop_serving.cancel();
     for server in servers {
         let _ = tokio::time::timeout_at(deadline + 2 * SERVER_GRACE, server).await;
+    }
+    if let GateChannel::Socket(path) = &config.gate_channel {
+        let _ = std::fs::remove_file(path); // a restart binds it anew anyway
     }
     tracing::info!("stopped");
     ExitCode::SUCCESS

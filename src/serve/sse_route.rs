@@ -41,6 +41,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::clock::{BootInstant, wall_micros};
 use crate::serve::gate_acks::{RegisterError, Registration, from_this_pod, query_param};
+use crate::serve::gate_channel::GateChannel;
 use crate::serve::metrics::Metrics;
 use crate::serve::published::LeaderState;
 use crate::serve::published::{
@@ -55,6 +56,7 @@ pub async fn events(
     State(app): State<Arc<AppState>>,
     read_closed: Option<Extension<ReadClosed>>,
     peer: Option<Extension<Peer>>,
+    channel: Option<Extension<Arc<GateChannel>>>,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
@@ -83,23 +85,21 @@ pub async fn events(
     };
     let registration = match query_param(uri.query(), "gate") {
         None => None,
-        // A gate of another pod's could hold this pod's releases.
-        Some(_) if !from_this_pod(peer.as_ref()) => {
-            return (
-                StatusCode::FORBIDDEN,
-                "gates register from this pod only (a loopback address)\n",
-            )
-                .into_response();
+        Some(id) => {
+            // A gate of another pod's could hold this pod's releases.
+            if let Err(refusal) = from_this_pod(peer.as_ref(), channel.as_ref(), "gates register") {
+                return (StatusCode::FORBIDDEN, refusal).into_response();
+            }
+            match app.gate_acks.register(&id, silent) {
+                Ok(registration) => Some(registration),
+                Err(error @ RegisterError::InvalidId) => {
+                    return (StatusCode::BAD_REQUEST, format!("{error}\n")).into_response();
+                }
+                Err(error @ RegisterError::Full) => {
+                    return (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")).into_response();
+                }
+            }
         }
-        Some(id) => match app.gate_acks.register(&id, silent) {
-            Ok(registration) => Some(registration),
-            Err(error @ RegisterError::InvalidId) => {
-                return (StatusCode::BAD_REQUEST, format!("{error}\n")).into_response();
-            }
-            Err(error @ RegisterError::Full) => {
-                return (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")).into_response();
-            }
-        },
     };
     // A header that is not visible ASCII is an id we never gave: unknown,
     // not absent (the subscriber did have a position and may miss events).

@@ -17,6 +17,7 @@ mod event_scenarios;
 mod event_stream;
 mod exec_tree;
 mod file_gate;
+mod gate_socket;
 mod gates;
 mod half_close;
 mod http_abuse;

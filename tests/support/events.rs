@@ -78,17 +78,36 @@ impl EventClient {
             .unwrap_or_else(|e| panic!("GET /events?gate={gate}: {e}"))
     }
 
+    /// Subscribes to `path` (`/events?…`) on the gate socket at `socket`
+    /// (`serve --gate-socket`).
+    pub async fn try_connect_socket(
+        socket: &std::path::Path,
+        path: &str,
+    ) -> Result<EventClient, Box<dyn std::error::Error + Send + Sync>> {
+        let stream = tokio::net::UnixStream::connect(socket).await?;
+        Self::try_connect_on(stream, "localhost", path, None).await
+    }
+
     async fn try_connect_to(
         addr: SocketAddr,
         path: &str,
         last_event_id: Option<&str>,
     ) -> Result<EventClient, Box<dyn std::error::Error + Send + Sync>> {
         let stream = TcpStream::connect(addr).await?;
+        Self::try_connect_on(stream, &addr.to_string(), path, last_event_id).await
+    }
+
+    async fn try_connect_on(
+        stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+        host: &str,
+        path: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<EventClient, Box<dyn std::error::Error + Send + Sync>> {
         let (mut sender, connection) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(connection);
         let mut request = hyper::Request::get(path)
-            .header("host", addr.to_string())
+            .header("host", host)
             .header("accept", "text/event-stream");
         if let Some(id) = last_event_id {
             request = request.header("last-event-id", id);
@@ -104,6 +123,17 @@ impl EventClient {
             ended: false,
             failed: false,
         })
+    }
+
+    /// The whole body as text (a refusal's words), within `timeout`.
+    pub async fn body_text(&mut self, timeout: Duration) -> String {
+        let Some(body) = self.body.take() else {
+            return String::new();
+        };
+        match tokio::time::timeout(timeout, body.collect()).await {
+            Ok(Ok(body)) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+            _ => String::new(),
+        }
     }
 
     /// The next event within `timeout`; `None` on timeout or end of stream.
