@@ -4,12 +4,20 @@
 //! old tree gone to the peer's collector started, with the acknowledged
 //! release (the default) and with `--gate-acks=false` (the release waits the
 //! whole gate lag, as before acknowledgements).
+//!
+//! And a `file-gate --reload-url` leader's SIGTERM → its release: the gate
+//! acknowledges only once a reload after its removal was answered 2xx, so
+//! with a collector whose reload works the release goes out at once, and
+//! with one whose reload fails (500) it waits the whole gate lag.
 
 use std::path::Path;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::program::{DEFAULTS, LEASE, NAMESPACE};
-use crate::support::fake_apiserver::FakeApiServer;
+use crate::support::fake_apiserver::{FakeApiServer, Verb};
+use crate::support::file_gate::FileGate;
 use crate::support::gate_clients::{COLLECTOR, ChildLog, GateClient, spawn_exec, wall_now};
 use crate::support::sidecar::{Sidecar, test_dir};
 
@@ -94,4 +102,88 @@ async fn start_pod(
         COLLECTOR,
     );
     Pod { sidecar, exec }
+}
+
+/// The gate lag of the file gate rows.
+pub const FILE_GATE_LAG: Duration = Duration::from_secs(4);
+
+/// `rounds` SIGTERMs of a leader whose `file-gate` reloads a collector that
+/// answers every reload after the first (the copy loaded) with `status`:
+/// SIGTERM → the release, each.
+pub async fn file_gate(rounds: usize, status: u16) -> Vec<Duration> {
+    let mut out = Vec::new();
+    for round in 0..rounds {
+        let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+        let dir = test_dir(&format!("bench-file-gate-ack-{status}-{round}"));
+        let lag = format!("{}ms", FILE_GATE_LAG.as_millis());
+        let sidecar = Sidecar::spawn_with(&api, &dir, "a", DEFAULTS, &["--gate-lag", &lag]);
+        sidecar.wait_serving().await;
+        sidecar.wait_leading(DEFAULTS.lease * 3).await;
+        let (src, dst) = (dir.join("scrape.yml"), dir.join("conf.d/scrape.yml"));
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::write(&src, "scrape_configs: []\n").unwrap();
+        let (url, posts) = reload_endpoint(status).await;
+        let _gate = FileGate::spawn(
+            &dir,
+            "file-gate",
+            sidecar.gate,
+            &["--reload-url", &url],
+            &[(&src, &dst)],
+        );
+        // The copy is in place and loaded, and the gate registered.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(dst.exists() && posts.load(Ordering::Relaxed) >= 2) {
+            assert!(Instant::now() < deadline, "the copy was never loaded");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(DEFAULTS.retry).await;
+        let signalled = Instant::now();
+        sidecar.signal(libc::SIGTERM);
+        let deadline = signalled + DEFAULTS.lease * 2;
+        let released = loop {
+            let release = api
+                .requests_of("a", Verb::Update)
+                .into_iter()
+                .find(|r| r.holder.is_none() && r.status == Some(200));
+            if let Some(release) = release {
+                break release.at;
+            }
+            assert!(Instant::now() < deadline, "never released");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        out.push(released.saturating_duration_since(signalled));
+    }
+    out
+}
+
+/// A collector's reload endpoint: the first two POSTs (the gate's start-up
+/// reload, then the one after the copy appeared) answered 200, every later
+/// one `status`; the count of POSTs.
+async fn reload_endpoint(status: u16) -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/-/reload", listener.local_addr().unwrap());
+    let posts = Arc::new(AtomicUsize::new(0));
+    let seen = posts.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let n = seen.fetch_add(1, Ordering::Relaxed) + 1;
+                let code = if n <= 2 { 200 } else { status };
+                let answer =
+                    format!("HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (url, posts)
 }

@@ -208,6 +208,18 @@ fn main() {
                 &unacked,
                 |_| true,
             );
+            for (status, goal) in [(200, "≤ 50"), (500, "= the gate lag")] {
+                let v = acknowledged::file_gate(rounds, status).await;
+                table.durations(
+                    &format!(
+                        "acknowledged: file-gate --reload-url, SIGTERM → release, the collector's reload answers {status} (gate lag {:?})",
+                        acknowledged::FILE_GATE_LAG
+                    ),
+                    goal,
+                    &v,
+                    |p| if status == 200 { p <= 50.0 } else { p >= 4000.0 },
+                );
+            }
         }
         if opts.wants("resume") {
             note("resume");
