@@ -20,7 +20,10 @@
 # 5. renders both again through an overlay with `namespace: other` and
 #    `namePrefix: x-` and runs scripts/check_overlay.py (every object and
 #    every reference moved, no `monitoring` left) and check_manifests.py
-#    (names and flags still agree) on each.
+#    (names and flags still agree) on each;
+# 6. shows that check_manifests.py refuses gates off the gate socket: a copy
+#    with a gate left on TCP, a gate without the socket's volume and a socket
+#    outside an emptyDir must be refused, each named.
 #
 # kubernetes-validate ships the schemas inside the package and fetches
 # nothing; it is installed here if missing. kubectl comes with this
@@ -158,6 +161,46 @@ elif grep -q "FlowSchema.*still says 'monitoring'" "$work/adapt-broken.out" \
 else
     echo "FAIL check_overlay.py refused the broken overlay for other reasons:"
     sed 's/^/     /' "$work/adapt-broken.out"
+    failed=$((failed + 1))
+fi
+
+# check_manifests.py refuses gates that do not use the gate socket: a copy of
+# manifests/ whose Metricbeat file gate is left on TCP (no LEADER_GATE_URL),
+# whose exec gate does not mount the socket's volume, and whose split
+# Metricbeat keeps the socket in a hostPath instead of an emptyDir.
+cp -r manifests "$work/socket-broken"
+python3 - "$work/socket-broken" <<'EOF'
+import sys
+root = sys.argv[1]
+for name, old, new in [
+    ("metricbeat-daemonset.yaml",
+     "          env:\n            # The sidecar's gate socket.\n"
+     "            - name: LEADER_GATE_URL\n              value: unix:/run/leader-gate/gate.sock\n", ""),
+    ("exec-gate.yaml",
+     "            - {name: gate-socket, mountPath: /run/leader-gate, readOnly: true}\n", ""),
+    ("metricbeat-cluster-split.yaml",
+     "        - name: gate-socket\n          emptyDir: {medium: Memory, sizeLimit: 1Mi}\n",
+     "        - name: gate-socket\n          hostPath: {path: /run/leader-gate, type: DirectoryOrCreate}\n"),
+]:
+    path = f"{root}/{name}"
+    text = open(path).read()
+    assert text.count(old) == 1, f"{name} no longer has the wiring this test breaks: update it"
+    open(path, "w").write(text.replace(old, new))
+EOF
+kubectl kustomize "$work/socket-broken" >"$work/socket-broken.yaml"
+if python3 scripts/check_manifests.py "$work/socket-broken.yaml" "$work/socket-broken" \
+    "${CARGO_TARGET_DIR:-target}/debug/leader-gate" >"$work/socket-broken.out"; then
+    echo "FAIL check_manifests.py accepted gates off the gate socket"
+    failed=$((failed + 1))
+elif grep -qF 'DaemonSet/metricbeat container file-gate: `file-gate` names no --url or LEADER_GATE_URL' "$work/socket-broken.out" \
+    && grep -qF "Deployment/otel-cluster-collector container collector: does not mount the gate socket's volume gate-socket" "$work/socket-broken.out" \
+    && grep -qF "Deployment/metricbeat-cluster container leader-gate: --gate-socket /run/leader-gate/gate.sock is not in an emptyDir" "$work/socket-broken.out" \
+    && [ "$(grep -c '^FAIL' "$work/socket-broken.out")" -eq 3 ]; then
+    echo "ok   check_manifests.py refuses a gate on TCP, a gate without the socket's volume, a socket outside an emptyDir"
+    passed=$((passed + 1))
+else
+    echo "FAIL check_manifests.py did not refuse the broken gate sockets as expected:"
+    sed 's/^/     /' "$work/socket-broken.out"
     failed=$((failed + 1))
 fi
 

@@ -7,8 +7,11 @@
 # recipe (scripts/check_recipes.py, which runs every leader-gate command line
 # with the real binary). Then shows that the check can fail: a copy of
 # examples/ with a misspelt Beat field and an unknown chart key must be
-# refused with both named, and one whose file gate writes as another user
-# than Metricbeat must be refused for strict.perms. Installs the pinned PyPI packages if missing.
+# refused with both named, one whose file gate writes as another user
+# than Metricbeat must be refused for strict.perms, and one with gates off
+# the gate socket (a gate on TCP, a gate without the socket's volume, a
+# socket outside an emptyDir) must be refused with each named. Installs the
+# pinned PyPI packages if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,4 +64,43 @@ if python3 scripts/check_recipes.py "$work/perms" "$binary" "${KUBERNETES_VERSIO
     cat "$work/out"
     exit 1
 fi
-echo "check-recipes: broken copies are refused (misspelt Beat field, unknown chart key, strict.perms)"
+# And gates off the gate socket: the ECK file gate left on TCP (no
+# LEADER_GATE_URL), the operator's gated collector without the socket's
+# volume, the chart's socket outside its emptyDir.
+cp -r examples "$work/socket"
+python3 - "$work/socket" <<'EOF'
+import sys
+root = sys.argv[1]
+for name, old, new in [
+    ("eck/metricbeat.yaml",
+     "            env:\n              # The sidecar's gate socket.\n"
+     "              - name: LEADER_GATE_URL\n                value: unix:/run/leader-gate/gate.sock\n", ""),
+    ("opentelemetry-operator/collector.yaml",
+     "        - {name: gate-socket, mountPath: /run/leader-gate, readOnly: true}\n", ""),
+    ("opentelemetry-collector-chart/values.yaml",
+     "      - --gate-socket=/run/leader-gate/gate.sock\n", "      - --gate-socket=/tmp/gate.sock\n"),
+]:
+    path = f"{root}/{name}"
+    text = open(path).read()
+    assert text.count(old) == 1, f"{name} no longer has the wiring this test breaks: update it"
+    open(path, "w").write(text.replace(old, new))
+EOF
+if python3 scripts/check_recipes.py "$work/socket" "$binary" "${KUBERNETES_VERSIONS[0]}" >"$work/out" 2>&1; then
+    echo "FAIL check_recipes.py accepted gates off the gate socket"
+    exit 1
+fi
+for expected in 'eck: Beat/metricbeat daemonSet container file-gate: `file-gate` names no --url or LEADER_GATE_URL' \
+    "opentelemetry-operator: OpenTelemetryCollector/otel-agent container cluster-collector: does not mount the gate socket's volume gate-socket" \
+    "opentelemetry-collector-chart: values.yaml container leader-gate: --gate-socket /tmp/gate.sock is not in an emptyDir"; do
+    if ! grep -qF "$expected" "$work/out"; then
+        echo "FAIL check_recipes.py did not report: $expected"
+        cat "$work/out"
+        exit 1
+    fi
+done
+if [ "$(grep -c '^FAIL' "$work/out")" -ne 3 ]; then
+    echo "FAIL check_recipes.py refused the broken gate sockets for other reasons too:"
+    cat "$work/out"
+    exit 1
+fi
+echo "check-recipes: broken copies are refused (misspelt Beat field, unknown chart key, strict.perms, a gate on TCP, a gate without the socket's volume, a socket outside an emptyDir)"

@@ -22,6 +22,11 @@ finding and exits 1 if there is any. The checks:
 - Metricbeat's modules glob matches both module directories and the file
   gate's DST but never its temporary file, and reload.period fits the margin;
 - --state-dir is an emptyDir mounted in the sidecar;
+- the gate socket, wherever a gate (`exec`, `file-gate`) runs beside the
+  sidecar: the sidecar's --gate-socket is in an emptyDir it mounts
+  read-write, and every gate mounts that same volume at the same path and
+  names `unix:<the socket>` as its --url or LEADER_GATE_URL (a gate left on
+  TCP, a gate without the volume, a socket outside an emptyDir are refused);
 - leader routing (--route-service): a Service without a selector, the
   shipped EndpointSlice `<service>-leader` labelled for it with the same
   port names, the pod IP from the downward API, and get and update (no
@@ -401,12 +406,75 @@ def check_leader_gate(docs, doc, template):
         volume = {v["name"]: v for v in spec.get("volumes", [])}.get(mounts.get(state_dir))
         if not volume or "emptyDir" not in volume:
             bad(cw, f"--state-dir {state_dir} is not an emptyDir mounted in this container: a restarted sidecar would not find its record")
+    check_gate_socket(where, spec, serve, opts, gates)
     # Leader routing.
     if "route-service" in opts:
         if ready_path == "/leader":
             bad(cw, "readiness on /leader with --route-service: the slice routes, readiness should say the pod works")
         check_routing(docs, doc, serve, opts, namespace, sa)
     return gates
+
+
+# The subcommands that register as gates (/events?gate=ID) and acknowledge.
+GATE_SUBCOMMANDS = ("exec", "file-gate")
+
+
+def env_value(container, name):
+    """The literal `value` of an environment variable of a container, or None."""
+    for e in container.get("env") or []:
+        if e.get("name") == name and "value" in e:
+            return e["value"]
+    return None
+
+
+def mount_of(container, path):
+    """The volume mount of `container` whose directory holds `path` (the
+    longest mountPath that is `path` or a parent of it), or None."""
+    best = None
+    for m in container.get("volumeMounts") or []:
+        mount = m["mountPath"].rstrip("/") or "/"
+        if path == mount or path.startswith(mount.rstrip("/") + "/"):
+            if best is None or len(mount) > len(best["mountPath"].rstrip("/")):
+                best = m
+    return best
+
+
+def check_gate_socket(where, spec, serve, opts, gates):
+    """Gates register and acknowledge over the gate socket, pod-local by
+    construction whatever the pod's networking (under hostNetwork loopback is
+    every pod and process of the node): the sidecar's --gate-socket in an
+    emptyDir it mounts read-write, and every gate mounting that same volume at
+    the same path and naming `unix:<socket>` as its URL."""
+    gate_containers = [(c, a) for c, a in gates if a and a[0] in GATE_SUBCOMMANDS]
+    if not gate_containers:
+        return
+    cw = f"{where} container {serve['name']}"
+    socket = opts.get("gate-socket") or env_value(serve, "LEADER_GATE_GATE_SOCKET")
+    if not socket:
+        names = ", ".join(c["name"] for c, _ in gate_containers)
+        return bad(cw, f"no --gate-socket beside the gates ({names}): they would register over loopback TCP, which under hostNetwork is every pod and process of the node")
+    volumes = {v["name"]: v for v in spec.get("volumes") or []}
+    mount = mount_of(serve, socket)
+    volume = volumes.get(mount["name"]) if mount else None
+    if not volume or "emptyDir" not in volume:
+        return bad(cw, f"--gate-socket {socket} is not in an emptyDir mounted in this container: only a directory no other pod mounts keeps the socket pod-local")
+    if mount.get("readOnly"):
+        bad(cw, f"--gate-socket {socket}: its volume {mount['name']} is mounted readOnly, where the sidecar cannot create the socket")
+    for c, a in gate_containers:
+        gw = f"{where} container {c['name']}"
+        url = flags(a[1:]).get("url") or env_value(c, "LEADER_GATE_URL")
+        if url is None:
+            bad(gw, f"`{a[0]}` names no --url or LEADER_GATE_URL: it is on TCP (http://127.0.0.1:4040), which the sidecar refuses beside --gate-socket; give it unix:{socket}")
+        elif url not in (f"unix:{socket}", f"unix://{socket}"):
+            bad(gw, f"`{a[0]}` has the URL {url}, not the sidecar's gate socket unix:{socket}")
+        theirs = [
+            m for m in c.get("volumeMounts") or []
+            if m["name"] == mount["name"]
+            and m["mountPath"].rstrip("/") == mount["mountPath"].rstrip("/")
+            and m.get("subPath", "") == mount.get("subPath", "")
+        ]
+        if not theirs:
+            bad(gw, f"does not mount the gate socket's volume {mount['name']} at {mount['mountPath']}: it cannot reach unix:{socket}")
 
 
 def bound_roles(docs, namespace, service_account):
@@ -566,6 +634,19 @@ def check_routing(docs, doc, serve, opts, namespace, sa):
         bad(where, f"service account {sa} may create EndpointSlices: the slice is shipped, and create cannot be limited to one name")
 
 
+def under_root(root, value):
+    """A socket path or a `unix:` URL moved under `root`, its directory
+    created; anything else as it is."""
+    prefix = "unix:" if value.startswith("unix:") else ""
+    path = value[len(prefix):]
+    if prefix:
+        path = "/" + path.lstrip("/")
+    if not path.startswith("/"):
+        return value
+    os.makedirs(os.path.dirname(root + path), exist_ok=True)
+    return prefix + root + path
+
+
 def run_binary(binary, where, container, argv, configmaps, volumes):
     """Hands a container's leader-gate command line to the real binary."""
     cw = f"{where} container {container['name']}"
@@ -593,6 +674,23 @@ def run_binary(binary, where, container, argv, configmaps, volumes):
             env[e["name"]] = stand_ins[field]
     sub = argv[0]
     args = list(argv)
+    # The gate socket and a gate's unix: URL, moved under the temporary root
+    # (the socket's directory created, as the emptyDir would be).
+    for name in ("LEADER_GATE_GATE_SOCKET", "LEADER_GATE_URL"):
+        value = env_value(container, name)
+        if value is not None:
+            env[name] = value
+    for i, a in enumerate(args):
+        if a == "--":
+            break
+        for prefix in ("--gate-socket=", "--url="):
+            if a.startswith(prefix):
+                args[i] = prefix + under_root(root, a[len(prefix):])
+        if a in ("--gate-socket", "--url") and i + 1 < len(args):
+            args[i + 1] = under_root(root, args[i + 1])
+    for name in ("LEADER_GATE_GATE_SOCKET", "LEADER_GATE_URL"):
+        if name in env:
+            env[name] = under_root(root, env[name])
     try:
         if sub == "serve":
             expect, timeout = 78, 20

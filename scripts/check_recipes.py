@@ -27,7 +27,10 @@ an OpenTelemetryCollector, chart values): the leader-gate `serve` container's
 --lease-name is a Lease shipped next to it, and the Roles bound to the pod's
 service account grant what the flags need on it and nothing more (no
 `create`: the Lease is shipped); every leader-gate command line is run by
-the real binary, as scripts/check_manifests.py does for manifests/. For a
+the real binary, as scripts/check_manifests.py does for manifests/; where a
+gate (`exec`, `file-gate`) runs beside the sidecar, the gate socket is wired
+as check_manifests.py requires (--gate-socket in a mounted emptyDir, every
+gate mounting that volume and naming `unix:<the socket>` as its URL). For a
 Metricbeat Beat fed by the file gate: the modules glob takes the copy and
 not its temporary file, reload.period fits the timings, and the copy's
 owner and mode pass Metricbeat's strict.perms check.
@@ -256,6 +259,7 @@ def check_leader_gate(where, pod, sa, namespace, docs, binary):
         return
     serve, argv = serves[0]
     opts = check_manifests.flags(argv[1:])
+    check_manifests.check_gate_socket(where, pod, serve, opts, gates)
     lease = opts.get("lease-name")
     if not sa:
         return bad(where, "no service account: the Roles cannot be checked")
