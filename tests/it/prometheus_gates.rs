@@ -904,7 +904,8 @@ async fn an_exec_wrapped_prometheus_runs_only_while_its_pod_leads_with_a_new_ter
 enum Recipe {
     /// `file-gate` writes a `file_sd` targets file; no reload.
     FileSd,
-    /// `exec -- prometheus` with the leader-only job in its own config.
+    /// `exec -- prometheus --enable-feature=agent` with the leader-only job
+    /// in its own config.
     Exec,
     /// `file-gate --reload-url …/-/reload` writes a rule file matched by a
     /// `rule_files` glob.
@@ -1056,10 +1057,14 @@ impl RecipePod {
                 (Some(prometheus), copies.join("leader.yml"))
             }
             Recipe::Exec => {
-                write_atomically(
-                    &dir.join("prometheus.yml"),
-                    &prometheus_yml(INTERVAL, &[leader_only]),
+                // An agent: it scrapes and forwards (here to the source too,
+                // on a path of its own), and keeps no TSDB.
+                let yml = format!(
+                    "{}remote_write:\n  - url: \"http://{}/remote-write\"\n",
+                    prometheus_yml(INTERVAL, &[leader_only]),
+                    source.target()
                 );
+                write_atomically(&dir.join("prometheus.yml"), &yml);
                 (None, PathBuf::new())
             }
         };
@@ -1119,8 +1124,8 @@ impl RecipePod {
                 };
                 let script = format!(
                     "echo \"$$\" >> {termlog}; \
-                     exec {PROMETHEUS} --config.file={config} --storage.tsdb.path={data} \
-                     --storage.tsdb.retention.time=1h --web.listen-address=127.0.0.1:0 \
+                     exec {PROMETHEUS} --enable-feature=agent --config.file={config} \
+                     --storage.agent.path={data} --web.listen-address=127.0.0.1:0 \
                      2>> {plog}",
                     termlog = quoted(&self.termlog),
                     config = quoted(&self.dir.join("prometheus.yml")),
