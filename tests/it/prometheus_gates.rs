@@ -1367,3 +1367,93 @@ async fn recipe_rule_files_stops_alerting_once_its_killed_file_gate_restarts() {
     )
     .await;
 }
+
+/// What the rules recipe relies on, and what a reload stand-in of the file
+/// gate's tests must reproduce: a reload whose configuration fails to
+/// apply (another rule file that does not parse) answers 500, and
+/// Prometheus keeps evaluating what it had loaded, the removed leader-only
+/// group included; once nothing fails, a reload of a pattern that matches
+/// nothing answers 200 and the group has stopped. The stand-in's answers
+/// (Prometheus' failure, Fluent Bit's "in progress", a reload that never
+/// answers) come out as scripted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rules_reload_keeps_the_leader_only_rules_and_the_stand_in_answers_alike() {
+    use support::file_gate::{Answer, Reloads};
+    use support::prometheus::{ALERTS_PATH, always_firing_rules, http, prometheus_yml_with_rules};
+    if !require_prometheus() {
+        return;
+    }
+    let dir = test_dir("prom-rules-failed-reload");
+    let rules = dir.join("leader");
+    std::fs::create_dir_all(&rules).unwrap();
+    let alertmanager = ScrapeSource::start().await;
+    let yml = prometheus_yml_with_rules(INTERVAL, &rules.join("*.yml"), &alertmanager.target());
+    let prometheus = PrometheusProcess::start_with(&dir.join("prometheus"), &yml, &[RESEND]).await;
+    let reload = || async {
+        http(prometheus.addr, "POST", "/-/reload", &[])
+            .await
+            .unwrap_or_else(|| panic!("/-/reload unanswered; log:\n{}", prometheus.log()))
+    };
+
+    write_atomically(
+        &rules.join("leader.yml"),
+        &always_firing_rules("LeaderOnly", INTERVAL),
+    );
+    assert_eq!(reload().await.status, 200);
+    alertmanager
+        .wait_scrape(ALERTS_PATH, Instant::now(), FIRST_SCRAPE)
+        .await;
+
+    // The copy is removed while another rule file is broken.
+    write_atomically(
+        &rules.join("broken.yml"),
+        "groups: [{name: x, rules: [{record: , expr: 1}]}]\n",
+    );
+    std::fs::remove_file(rules.join("leader.yml")).unwrap();
+    let failed = reload().await;
+    let Answer::Status(status, body) = Answer::PROMETHEUS_FAILED else {
+        unreachable!()
+    };
+    assert_eq!(failed.status.to_string(), status[..3], "{}", failed.body);
+    assert!(failed.body.starts_with(body), "{}", failed.body);
+    let after_failure = Instant::now();
+    alertmanager
+        .wait_scrape(ALERTS_PATH, after_failure, SECOND * 5)
+        .await;
+    println!("a reload answered 500; the removed group still alerts");
+
+    // Nothing fails any more: the reload applies the removal.
+    std::fs::remove_file(rules.join("broken.yml")).unwrap();
+    assert_eq!(reload().await.status, 200);
+    let reloaded = Instant::now();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let last = alertmanager.last_scrape_of(ALERTS_PATH).expect("alerts").at;
+    assert!(
+        last <= reloaded + IN_FLIGHT,
+        "an alert {} ms after the reload that removed its group answered",
+        signed_ms(reloaded, last)
+    );
+
+    // The stand-in, scripted with the same failure and the others.
+    let stand_in = Reloads::start_scripted(
+        &[],
+        vec![
+            Answer::PROMETHEUS_FAILED,
+            Answer::FLUENT_BIT_IN_PROGRESS,
+            Answer::Hang,
+            Answer::Ok(Duration::ZERO),
+        ],
+    )
+    .await;
+    let post = |path: &'static str| http(stand_in.addr, "POST", path, &[]);
+    let first = post("/-/reload").await.expect("an answer");
+    assert_eq!((first.status, first.body.as_str()), (500, body));
+    let second = post("/api/v2/reload").await.expect("an answer");
+    assert_eq!(second.status, 400);
+    assert_eq!(second.body, "{\"reload\":\"in progress\",\"status\":-2}");
+    let hung = tokio::time::timeout(SECOND * 2, post("/api/v2/reload")).await;
+    assert!(hung.is_err(), "the hung reload answered: {hung:?}");
+    let fourth = post("/api/v2/reload").await.expect("an answer");
+    assert_eq!(fourth.status, 200);
+    assert_eq!(stand_in.count(), 4);
+}
