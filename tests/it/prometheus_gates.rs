@@ -30,6 +30,14 @@
 //! Prints `MEASURE` lines: step-down (or SIGKILL) → last scrape of the old
 //! pod, last old scrape → first new scrape. Skipped with a printed reason
 //! when Prometheus is not installed, unless `LEADER_GATE_REQUIRE_PROMETHEUS=1`.
+//!
+//! Below those, "One recipe, one event": every Prometheus recipe the docs
+//! keep (`file_sd`; a `rule_files` pattern with `--reload-url`; `exec`
+//! around a Prometheus agent), one pod each, ended by a SIGTERM of `serve`,
+//! a SIGKILL of `serve`, or a SIGKILL of the gate process while another
+//! holder takes the Lease; each asserts the bound the docs promise. And
+//! what the rules recipe and the file gate's reload stand-ins rely on: how
+//! Prometheus answers a reload that fails.
 
 use crate::support;
 
