@@ -3,8 +3,7 @@
 //! classic text a plain GET gets; a real Prometheus (which asks for
 //! OpenMetrics) scrapes a real `leader-gate serve` without errors; and how
 //! fast Prometheus stops scraping after a `file_sd` target file is removed,
-//! or after a config swap with `/-/reload` — the figures a gate's lag must
-//! cover. Skipped with a printed reason when Prometheus is not installed,
+//! or after its configuration lost a job and `/-/reload` answered. Skipped with a printed reason when Prometheus is not installed,
 //! unless `LEADER_GATE_REQUIRE_PROMETHEUS=1` (CI) makes that a failure.
 
 use crate::support;
@@ -221,8 +220,11 @@ async fn prometheus_scrapes_a_file_sd_target_only_while_its_file_exists() {
     }
 }
 
-/// The faster path: rewrite `prometheus.yml` without the job and POST
-/// `/-/reload`, which answers once the job's scrape pool has stopped.
+/// What Prometheus does when its configuration loses a job: rewrite
+/// `prometheus.yml` without it and POST `/-/reload`, which answers once the
+/// job's scrape pool has stopped. (Not a gate recipe: a gate removes a
+/// file, and Prometheus keeps its configuration when `prometheus.yml` is
+/// missing; the rule-file recipe relies on this "stopped before it answers".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_swap_with_reload_stops_scraping_before_the_reload_answers() {
     if !require_prometheus() {

@@ -30,6 +30,14 @@
 //! Prints `MEASURE` lines: step-down (or SIGKILL) → last scrape of the old
 //! pod, last old scrape → first new scrape. Skipped with a printed reason
 //! when Prometheus is not installed, unless `LEADER_GATE_REQUIRE_PROMETHEUS=1`.
+//!
+//! Below those, "One recipe, one event": every Prometheus recipe the docs
+//! keep (`file_sd`; a `rule_files` pattern with `--reload-url`; `exec`
+//! around a Prometheus agent), one pod each, ended by a SIGTERM of `serve`,
+//! a SIGKILL of `serve`, or a SIGKILL of the gate process while another
+//! holder takes the Lease; each asserts the bound the docs promise. And
+//! what the rules recipe and the file gate's reload stand-ins rely on: how
+//! Prometheus answers a reload that fails.
 
 use crate::support;
 
@@ -876,4 +884,584 @@ async fn an_exec_wrapped_prometheus_runs_only_while_its_pod_leads_with_a_new_ter
             pod.client.log()
         );
     }
+}
+
+// === One recipe, one event ===
+//
+// Each Prometheus recipe the docs keep, run as documented beside one
+// `serve`, and ended by one event. The leader-only work is what reaches the
+// source (scrapes of the gated job; for the rules recipe, the alert
+// notifications of the gated rule group, the source standing in for an
+// Alertmanager); the test asserts from their arrival times that it stopped
+// within the bound the docs promise, counted from the event:
+//
+// - graceful release (SIGTERM of `serve`): "not leading" is published at
+//   once, so the bound is the recipe's gate delay (which its `--gate-lag`
+//   covers);
+// - SIGKILL of `serve`: its last validity runs out at most a renew deadline
+//   after the kill, then the gate delay;
+// - SIGKILL of the gate process itself while leadership moves to another
+//   holder, the gate restarted as the kubelet restarts a native sidecar:
+//   the gate delay after the kill (`file_sd`: the guard removes the copy;
+//   `exec`: the guard kills the collector), or after the restart for a
+//   recipe that needs the reload (the rules recipe: the restarted gate sends
+//   a reload at start-up).
+
+/// A recipe of the docs, as a test runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Recipe {
+    /// `file-gate` writes a `file_sd` targets file; no reload.
+    FileSd,
+    /// `exec -- prometheus --enable-feature=agent` with the leader-only job
+    /// in its own config.
+    Exec,
+    /// `file-gate --reload-url …/-/reload` writes a rule file matched by a
+    /// `rule_files` glob.
+    RuleFiles,
+}
+
+/// What ends the term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    Sigterm,
+    SidecarKilled,
+    GateKilledAndLeadershipMoved,
+}
+
+/// `exec --grace` of the rules below.
+const RECIPE_EXEC_GRACE: Duration = Duration::from_secs(3);
+/// The gate restarts this long after it was killed.
+const GATE_RESTART: Duration = Duration::from_secs(1);
+/// Prometheus resends a firing alert at most this often (its flag).
+const RESEND: &str = "--rules.alert.resend-delay=500ms";
+
+impl Recipe {
+    /// The timings the docs give for the recipe.
+    fn timing(self) -> Timing {
+        match self {
+            Recipe::FileSd => Timing {
+                lease: Duration::from_secs(15),
+                renew_deadline: Duration::from_secs(3),
+                retry: SECOND,
+            },
+            Recipe::Exec | Recipe::RuleFiles => Timing {
+                lease: Duration::from_secs(8),
+                renew_deadline: Duration::from_secs(3),
+                retry: SECOND,
+            },
+        }
+    }
+
+    /// `--gate-lag` as the docs advise.
+    fn lag(self) -> Duration {
+        match self {
+            Recipe::FileSd => Duration::from_secs(11),
+            Recipe::Exec => Duration::from_secs(4),
+            Recipe::RuleFiles => Duration::from_secs(2),
+        }
+    }
+
+    /// The gate delay the docs promise: from "not leading" (or from the
+    /// gate's restart) until the collector stopped the leader-only work.
+    fn delay(self) -> Duration {
+        match self {
+            // Discovery updates batched every 5 s, then the scrape pool stops.
+            Recipe::FileSd => Duration::from_secs(10),
+            // SIGTERM, and SIGKILL after the grace at the latest.
+            Recipe::Exec => RECIPE_EXEC_GRACE,
+            // The reload itself: the rule group stops before it answers.
+            Recipe::RuleFiles => SECOND,
+        }
+    }
+
+    /// The path of the leader-only work at the source.
+    fn work(self) -> &'static str {
+        match self {
+            Recipe::FileSd | Recipe::Exec => "/leader-only",
+            Recipe::RuleFiles => support::prometheus::ALERTS_PATH,
+        }
+    }
+
+    /// No arrival for this long means the work stopped (several turns of
+    /// its loop: a 1 s scrape interval, a 1 s evaluation with alerts resent
+    /// every 0.5 s).
+    fn quiet(self) -> Duration {
+        Duration::from_millis(3500)
+    }
+}
+
+/// One pod running one recipe.
+struct RecipePod {
+    recipe: Recipe,
+    api: FakeApiServer,
+    dir: PathBuf,
+    sidecar: Sidecar,
+    source: ScrapeSource,
+    /// The always-running Prometheus (`file_sd`, rules).
+    prometheus: Option<PrometheusProcess>,
+    /// `file-gate` or `exec`.
+    gate: Option<Process>,
+    /// Where the file gate's copy goes (`file_sd`, rules).
+    copy: PathBuf,
+    /// `exec`: the pid of each collector it started.
+    termlog: PathBuf,
+}
+
+impl RecipePod {
+    async fn start(test: &str, recipe: Recipe) -> RecipePod {
+        let api = FakeApiServer::start("collectors", LEASE).await;
+        let dir = test_dir(test);
+        let timing = recipe.timing();
+        let lag = format!("{}ms", recipe.lag().as_millis());
+        let shutdown = format!("{}s", (recipe.lag() + Duration::from_secs(4)).as_secs());
+        let sidecar = Sidecar::spawn_with(
+            &api,
+            &dir,
+            "a",
+            timing,
+            &["--gate-lag", &lag, "--shutdown-timeout", &shutdown],
+        );
+        sidecar.wait_serving().await;
+        sidecar.wait_leading(timing.lease * 3).await;
+        let source = ScrapeSource::start().await;
+        let leader_only = ScrapeJob {
+            name: "cluster".into(),
+            metrics_path: recipe.work().into(),
+            targets: Targets::Static(vec![source.target()]),
+        };
+        let copies = dir.join("leader");
+        std::fs::create_dir_all(&copies).unwrap();
+        let src = dir.join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        let (prometheus, copy) = match recipe {
+            Recipe::FileSd => {
+                let job = ScrapeJob {
+                    targets: Targets::FileSd {
+                        dir: copies.clone(),
+                        refresh: SECOND,
+                    },
+                    ..leader_only.clone()
+                };
+                let yml = prometheus_yml(INTERVAL, &[job]);
+                write_atomically(
+                    &src.join("targets.json"),
+                    &file_sd_json(&[source.target()], recipe.work(), &[]),
+                );
+                let prometheus = PrometheusProcess::start(&dir.join("prometheus"), &yml).await;
+                (Some(prometheus), copies.join("targets.json"))
+            }
+            Recipe::RuleFiles => {
+                let yml = support::prometheus::prometheus_yml_with_rules(
+                    INTERVAL,
+                    &copies.join("*.yml"),
+                    &source.target(),
+                );
+                write_atomically(
+                    &src.join("leader.yml"),
+                    &support::prometheus::always_firing_rules("LeaderOnly", INTERVAL),
+                );
+                let prometheus =
+                    PrometheusProcess::start_with(&dir.join("prometheus"), &yml, &[RESEND]).await;
+                (Some(prometheus), copies.join("leader.yml"))
+            }
+            Recipe::Exec => {
+                // An agent: it scrapes and forwards (here to the source too,
+                // on a path of its own), and keeps no TSDB.
+                let yml = format!(
+                    "{}remote_write:\n  - url: \"http://{}/remote-write\"\n",
+                    prometheus_yml(INTERVAL, &[leader_only]),
+                    source.target()
+                );
+                write_atomically(&dir.join("prometheus.yml"), &yml);
+                (None, PathBuf::new())
+            }
+        };
+        let mut pod = RecipePod {
+            recipe,
+            api,
+            termlog: dir.join("termlog"),
+            dir,
+            sidecar,
+            source,
+            prometheus,
+            gate: None,
+            copy,
+        };
+        pod.start_gate();
+        let started = Instant::now();
+        let first = pod
+            .source
+            .wait_scrape(recipe.work(), started, FIRST_SCRAPE)
+            .await;
+        pod.source
+            .wait_scrape(recipe.work(), first.at, SECOND * 5)
+            .await;
+        pod
+    }
+
+    /// Starts (or restarts) the gate process as the docs run it.
+    fn start_gate(&mut self) {
+        let leader_gate = env!("CARGO_BIN_EXE_leader-gate");
+        let url = format!("http://{}", self.sidecar.gate);
+        let src = self.dir.join("src");
+        let mapping = |name: &str| format!("{}:{}", src.join(name).display(), self.copy.display());
+        let log = self.dir.join("gate.current.log");
+        let args: Vec<String> = match self.recipe {
+            Recipe::FileSd => vec![
+                "file-gate".into(),
+                "--url".into(),
+                url,
+                mapping("targets.json"),
+            ],
+            Recipe::RuleFiles => {
+                let prometheus = self.prometheus.as_ref().expect("a prometheus");
+                vec![
+                    "file-gate".into(),
+                    "--url".into(),
+                    url,
+                    "--reload-url".into(),
+                    format!("http://{}/-/reload", prometheus.addr),
+                    mapping("leader.yml"),
+                ]
+            }
+            Recipe::Exec => {
+                let quoted = |p: &Path| {
+                    let text = p.display().to_string();
+                    assert!(!text.contains('\''), "{text}");
+                    format!("'{text}'")
+                };
+                let script = format!(
+                    "echo \"$$\" >> {termlog}; \
+                     exec {PROMETHEUS} --enable-feature=agent --config.file={config} \
+                     --storage.agent.path={data} --web.listen-address=127.0.0.1:0 \
+                     2>> {plog}",
+                    termlog = quoted(&self.termlog),
+                    config = quoted(&self.dir.join("prometheus.yml")),
+                    data = quoted(&self.dir.join("data")),
+                    plog = quoted(&self.dir.join("prometheus.log")),
+                );
+                vec![
+                    "exec".into(),
+                    "--url".into(),
+                    url,
+                    "--grace".into(),
+                    format!("{}s", RECIPE_EXEC_GRACE.as_secs()),
+                    "--".into(),
+                    "sh".into(),
+                    "-c".into(),
+                    script,
+                ]
+            }
+        };
+        // The current incarnation's log; `kill_gate` keeps the earlier ones.
+        self.gate = Some(Process::spawn(leader_gate, &args, &log));
+    }
+
+    /// SIGKILLs the gate process alone (its guard stays to do its part).
+    async fn kill_gate(&mut self) {
+        let gate = self.gate.as_mut().expect("a gate");
+        // SAFETY: kill(2) on our own unreaped child.
+        unsafe { libc::kill(gate.child.id() as i32, libc::SIGKILL) };
+        let _ = gate.child.wait();
+        let log = gate.log();
+        let mut all = std::fs::read_to_string(self.dir.join("gate.log")).unwrap_or_default();
+        all.push_str(&log);
+        std::fs::write(self.dir.join("gate.log"), all).unwrap();
+        self.gate = None;
+    }
+
+    /// Whether the gate has closed as far as the test can see it: no copy,
+    /// or no collector process left.
+    fn gate_closed(&self) -> bool {
+        match self.recipe {
+            Recipe::FileSd | Recipe::RuleFiles => !self.copy.exists(),
+            Recipe::Exec => std::fs::read_to_string(&self.termlog)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse::<i32>().ok())
+                .all(|pid| !Path::new(&format!("/proc/{pid}")).exists()),
+        }
+    }
+
+    /// Runs `event`, then waits until the work stopped (no arrival for the
+    /// recipe's quiet time with the gate closed) or the bound plus that
+    /// time passed, and asserts the last arrival came within the bound.
+    async fn end_term_by(&mut self, event: Event) {
+        let (recipe, timing) = (self.recipe, self.recipe.timing());
+        let at = Instant::now();
+        let from_restart = match event {
+            Event::Sigterm => {
+                self.sidecar.signal(libc::SIGTERM);
+                None
+            }
+            Event::SidecarKilled => {
+                self.sidecar.signal(libc::SIGKILL);
+                None
+            }
+            Event::GateKilledAndLeadershipMoved => {
+                self.kill_gate().await;
+                // Another holder, live for a minute.
+                self.api.update_lease(LEASE, |l| {
+                    l["spec"]["holderIdentity"] = json!("ghost");
+                    l["spec"]["leaseDurationSeconds"] = json!(60);
+                });
+                self.sidecar.wait_for(SECOND * 5, |p| !p.leading()).await;
+                tokio::time::sleep_until((at + GATE_RESTART).into()).await;
+                self.start_gate();
+                Some(Instant::now())
+            }
+        };
+        let (bound, from_what) = match (event, recipe, from_restart) {
+            (Event::Sigterm, _, _) => (recipe.delay(), "SIGTERM of serve"),
+            (Event::SidecarKilled, _, _) => {
+                (timing.renew_deadline + recipe.delay(), "SIGKILL of serve")
+            }
+            (Event::GateKilledAndLeadershipMoved, Recipe::RuleFiles, Some(restarted)) => (
+                restarted.duration_since(at) + recipe.delay(),
+                "SIGKILL of the gate (bound counted from its restart)",
+            ),
+            // The guard removes the copy at once; exec's guard SIGKILLs the
+            // collector at once.
+            (Event::GateKilledAndLeadershipMoved, Recipe::FileSd, _) => {
+                (recipe.delay(), "SIGKILL of the gate")
+            }
+            (Event::GateKilledAndLeadershipMoved, _, _) => (SECOND, "SIGKILL of the gate"),
+        };
+        let deadline = at + bound + IN_FLIGHT + recipe.quiet();
+        loop {
+            let last = self.source.last_scrape_of(recipe.work()).map(|s| s.at);
+            let quiet = last.is_none_or(|last| last.elapsed() >= recipe.quiet());
+            if (quiet && self.gate_closed()) || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let arrivals = self.source.scrapes_of(recipe.work());
+        let last = arrivals.last().expect("the work ran").at;
+        let late: Vec<String> = arrivals
+            .iter()
+            .filter(|s| s.at > at + bound + IN_FLIGHT)
+            .map(|s| format!("{} ms", s.at.duration_since(at).as_millis()))
+            .collect();
+        println!(
+            "MEASURE recipe {recipe:?} / {event:?}: {from_what} -> last leader-only arrival: {} ms \
+             (bound {} ms)",
+            signed_ms(at, last),
+            bound.as_millis()
+        );
+        assert!(
+            late.is_empty(),
+            "{recipe:?} / {event:?}: the leader-only work went on after the promised bound \
+             ({} ms after the {from_what}): arrivals at {late:?} after it\n{}",
+            bound.as_millis(),
+            self.logs()
+        );
+        assert!(self.gate_closed(), "{recipe:?}: the gate is still open");
+    }
+
+    fn logs(&self) -> String {
+        let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+        let mut out = format!(
+            "--- serve ---\n{}\n--- gate (earlier) ---\n{}\n--- gate ---\n{}",
+            self.sidecar.log(),
+            read(self.dir.join("gate.log")),
+            read(self.dir.join("gate.current.log")),
+        );
+        match &self.prometheus {
+            Some(prometheus) => {
+                out.push_str(&format!("\n--- prometheus ---\n{}", prometheus.log()))
+            }
+            None => out.push_str(&format!(
+                "\n--- prometheus ---\n{}",
+                read(self.dir.join("prometheus.log"))
+            )),
+        }
+        out
+    }
+}
+
+impl Drop for RecipePod {
+    fn drop(&mut self) {
+        drop(self.gate.take());
+        // Only if the gate failed to stop it: what `exec` started.
+        for pid in std::fs::read_to_string(&self.termlog)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse::<i32>().ok())
+        {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&self.dir.display().to_string()) {
+                // SAFETY: kill(2) on a process this test's gate started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+fn signed_ms(from: Instant, to: Instant) -> i128 {
+    if to >= from {
+        to.duration_since(from).as_millis() as i128
+    } else {
+        -(from.duration_since(to).as_millis() as i128)
+    }
+}
+
+async fn recipe_ends_with(test: &str, recipe: Recipe, event: Event) {
+    if !require_prometheus() {
+        return;
+    }
+    let mut pod = RecipePod::start(test, recipe).await;
+    pod.end_term_by(event).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipe_file_sd_stops_scraping_within_its_bound_after_a_graceful_release() {
+    recipe_ends_with("recipe-file-sd-sigterm", Recipe::FileSd, Event::Sigterm).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipe_file_sd_stops_scraping_within_its_bound_after_the_sidecar_is_killed() {
+    recipe_ends_with("recipe-file-sd-kill", Recipe::FileSd, Event::SidecarKilled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipe_file_sd_stops_scraping_within_its_bound_after_its_file_gate_is_killed() {
+    recipe_ends_with(
+        "recipe-file-sd-gate-kill",
+        Recipe::FileSd,
+        Event::GateKilledAndLeadershipMoved,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipe_exec_stops_scraping_within_its_grace_after_a_graceful_release() {
+    recipe_ends_with("recipe-exec-sigterm", Recipe::Exec, Event::Sigterm).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipe_exec_stops_scraping_within_its_bound_after_the_sidecar_is_killed() {
+    recipe_ends_with("recipe-exec-kill", Recipe::Exec, Event::SidecarKilled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipe_exec_stops_scraping_at_once_when_exec_itself_is_killed() {
+    recipe_ends_with(
+        "recipe-exec-gate-kill",
+        Recipe::Exec,
+        Event::GateKilledAndLeadershipMoved,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipe_rule_files_stops_alerting_within_a_second_after_a_graceful_release() {
+    recipe_ends_with("recipe-rules-sigterm", Recipe::RuleFiles, Event::Sigterm).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipe_rule_files_stops_alerting_within_its_bound_after_the_sidecar_is_killed() {
+    recipe_ends_with("recipe-rules-kill", Recipe::RuleFiles, Event::SidecarKilled).await;
+}
+
+/// Needs the file gate to send one reload at start-up: its guard removed the
+/// copy when it was killed, but only a reload tells Prometheus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipe_rule_files_stops_alerting_once_its_killed_file_gate_restarts() {
+    recipe_ends_with(
+        "recipe-rules-gate-kill",
+        Recipe::RuleFiles,
+        Event::GateKilledAndLeadershipMoved,
+    )
+    .await;
+}
+
+/// What the rules recipe relies on, and what a reload stand-in of the file
+/// gate's tests must reproduce: a reload whose configuration fails to
+/// apply (another rule file that does not parse) answers 500, and
+/// Prometheus keeps evaluating what it had loaded, the removed leader-only
+/// group included; once nothing fails, a reload of a pattern that matches
+/// nothing answers 200 and the group has stopped. The stand-in's answers
+/// (Prometheus' failure, Fluent Bit's "in progress", a reload that never
+/// answers) come out as scripted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rules_reload_keeps_the_leader_only_rules_and_the_stand_in_answers_alike() {
+    use support::file_gate::{Answer, Reloads};
+    use support::prometheus::{ALERTS_PATH, always_firing_rules, http, prometheus_yml_with_rules};
+    if !require_prometheus() {
+        return;
+    }
+    let dir = test_dir("prom-rules-failed-reload");
+    let rules = dir.join("leader");
+    std::fs::create_dir_all(&rules).unwrap();
+    let alertmanager = ScrapeSource::start().await;
+    let yml = prometheus_yml_with_rules(INTERVAL, &rules.join("*.yml"), &alertmanager.target());
+    let prometheus = PrometheusProcess::start_with(&dir.join("prometheus"), &yml, &[RESEND]).await;
+    let reload = || async {
+        http(prometheus.addr, "POST", "/-/reload", &[])
+            .await
+            .unwrap_or_else(|| panic!("/-/reload unanswered; log:\n{}", prometheus.log()))
+    };
+
+    write_atomically(
+        &rules.join("leader.yml"),
+        &always_firing_rules("LeaderOnly", INTERVAL),
+    );
+    assert_eq!(reload().await.status, 200);
+    alertmanager
+        .wait_scrape(ALERTS_PATH, Instant::now(), FIRST_SCRAPE)
+        .await;
+
+    // The copy is removed while another rule file is broken.
+    write_atomically(
+        &rules.join("broken.yml"),
+        "groups: [{name: x, rules: [{record: , expr: 1}]}]\n",
+    );
+    std::fs::remove_file(rules.join("leader.yml")).unwrap();
+    let failed = reload().await;
+    let Answer::Status(status, body) = Answer::PROMETHEUS_FAILED else {
+        unreachable!()
+    };
+    assert_eq!(failed.status.to_string(), status[..3], "{}", failed.body);
+    assert!(failed.body.starts_with(body), "{}", failed.body);
+    let after_failure = Instant::now();
+    alertmanager
+        .wait_scrape(ALERTS_PATH, after_failure, SECOND * 5)
+        .await;
+    println!("a reload answered 500; the removed group still alerts");
+
+    // Nothing fails any more: the reload applies the removal.
+    std::fs::remove_file(rules.join("broken.yml")).unwrap();
+    assert_eq!(reload().await.status, 200);
+    let reloaded = Instant::now();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let last = alertmanager.last_scrape_of(ALERTS_PATH).expect("alerts").at;
+    assert!(
+        last <= reloaded + IN_FLIGHT,
+        "an alert {} ms after the reload that removed its group answered",
+        signed_ms(reloaded, last)
+    );
+
+    // The stand-in, scripted with the same failure and the others.
+    let stand_in = Reloads::start_scripted(
+        &[],
+        vec![
+            Answer::PROMETHEUS_FAILED,
+            Answer::FLUENT_BIT_IN_PROGRESS,
+            Answer::Hang,
+            Answer::Ok(Duration::ZERO),
+        ],
+    )
+    .await;
+    let post = |path: &'static str| http(stand_in.addr, "POST", path, &[]);
+    let first = post("/-/reload").await.expect("an answer");
+    assert_eq!((first.status, first.body.as_str()), (500, body));
+    let second = post("/api/v2/reload").await.expect("an answer");
+    assert_eq!(second.status, 400);
+    assert_eq!(second.body, "{\"reload\":\"in progress\",\"status\":-2}");
+    let hung = tokio::time::timeout(SECOND * 2, post("/api/v2/reload")).await;
+    assert!(hung.is_err(), "the hung reload answered: {hung:?}");
+    let fourth = post("/api/v2/reload").await.expect("an answer");
+    assert_eq!(fourth.status, 200);
+    assert_eq!(stand_in.count(), 4);
 }

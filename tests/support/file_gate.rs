@@ -365,3 +365,100 @@ pub fn replace(path: &Path, content: &[u8]) {
     std::fs::write(&temporary, content).unwrap();
     std::fs::rename(&temporary, path).unwrap();
 }
+
+/// How a [`Reloads`] stand-in answers one request: the answers real
+/// collectors give, failures included.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// `200 OK`, empty body, after the delay.
+    Ok(Duration),
+    /// This status line (`"500 Internal Server Error"`) and body, at once.
+    Status(&'static str, &'static str),
+    /// The request is read and never answered; the connection stays open
+    /// (a reload stuck in the collector).
+    Hang,
+}
+
+impl Answer {
+    /// Prometheus' answer to `POST /-/reload` when the new configuration
+    /// fails to apply (a rule file that does not parse): it keeps running
+    /// what it had loaded.
+    pub const PROMETHEUS_FAILED: Answer = Answer::Status(
+        "500 Internal Server Error",
+        "failed to reload config: one or more errors occurred while applying the new configuration",
+    );
+    /// Fluent Bit's answer to `POST /api/v2/reload` while an earlier reload
+    /// is still in progress (and for good, when that one is stuck).
+    pub const FLUENT_BIT_IN_PROGRESS: Answer = Answer::Status(
+        "400 Bad Request",
+        "{\"reload\":\"in progress\",\"status\":-2}",
+    );
+}
+
+impl Reloads {
+    /// Answers the requests in turn from `script` (the last answer repeats
+    /// for every later request), recording each as [`Reloads::start_slow`]
+    /// does.
+    pub async fn start_scripted(watched: &[&Path], script: Vec<Answer>) -> Reloads {
+        assert!(!script.is_empty(), "a script of at least one answer");
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let posts: Arc<Mutex<Vec<Post>>> = Arc::default();
+        let watched: Vec<PathBuf> = watched.iter().map(|p| p.to_path_buf()).collect();
+        let recorded = posts.clone();
+        let script = Arc::new(script);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (recorded, watched, script) =
+                    (recorded.clone(), watched.clone(), script.clone());
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let existed = watched.iter().map(|p| p.exists()).collect();
+                    let text = String::from_utf8_lossy(&head);
+                    let mut first = text.split_whitespace();
+                    let method = first.next().unwrap_or_default().to_owned();
+                    let path = first.next().unwrap_or_default().to_owned();
+                    let n = {
+                        let mut recorded = recorded.lock().unwrap();
+                        recorded.push(Post {
+                            method,
+                            path,
+                            existed,
+                        });
+                        recorded.len()
+                    };
+                    let answer = script[(n - 1).min(script.len() - 1)].clone();
+                    let response = match answer {
+                        Answer::Ok(delay) => {
+                            tokio::time::sleep(delay).await;
+                            "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                                .to_owned()
+                        }
+                        Answer::Status(status, body) => format!(
+                            "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        ),
+                        Answer::Hang => {
+                            // Keep the connection until the client gives up.
+                            while let Ok(n) = stream.read(&mut buf).await {
+                                if n == 0 {
+                                    break;
+                                }
+                            }
+                            return;
+                        }
+                    };
+                    let _ = stream.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        Reloads { addr, posts }
+    }
+}

@@ -68,6 +68,12 @@ impl PrometheusProcess {
     /// Starts Prometheus with `config_yaml` as its config, its storage and
     /// log (`prometheus.log`) under `dir`, and waits until it is ready.
     pub async fn start(dir: &Path, config_yaml: &str) -> PrometheusProcess {
+        Self::start_with(dir, config_yaml, &[]).await
+    }
+
+    /// [`PrometheusProcess::start`] with more command-line flags (e.g.
+    /// `--rules.alert.resend-delay=500ms`).
+    pub async fn start_with(dir: &Path, config_yaml: &str, extra: &[&str]) -> PrometheusProcess {
         std::fs::create_dir_all(dir).expect("create prometheus dir");
         let config = dir.join("prometheus.yml");
         write_atomically(&config, config_yaml);
@@ -84,6 +90,7 @@ impl PrometheusProcess {
             .arg("--web.listen-address=127.0.0.1:0")
             // POST /-/reload for config swaps.
             .arg("--web.enable-lifecycle")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)
@@ -484,3 +491,36 @@ pub fn prometheus_yml(scrape_interval: Duration, jobs: &[ScrapeJob]) -> String {
     }
     yml
 }
+
+/// A `prometheus.yml` with no scrape job that evaluates every rule file
+/// matching `rules_glob` every `interval` and sends alerts to `alertmanager`
+/// (`host:port`; Prometheus POSTs them to `/api/v2/alerts`). A glob that
+/// matches nothing is valid: Prometheus starts, and a reload answers 200.
+pub fn prometheus_yml_with_rules(
+    interval: Duration,
+    rules_glob: &Path,
+    alertmanager: &str,
+) -> String {
+    let q = |s: &str| serde_json::to_string(s).expect("serializes");
+    let interval = format!("{}ms", interval.as_millis());
+    format!(
+        "global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n\
+         alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: [{am}]\n\
+         rule_files: [{glob}]\nscrape_configs: []\n",
+        am = q(alertmanager),
+        glob = q(&rules_glob.to_string_lossy()),
+    )
+}
+
+/// A rule file with one group of one alert, `name`, that always fires
+/// (`vector(1)`, no `for`), evaluated every `interval`: while Prometheus has
+/// it loaded, it sends the alert to its Alertmanager again and again.
+pub fn always_firing_rules(name: &str, interval: Duration) -> String {
+    format!(
+        "groups:\n  - name: leader-only\n    interval: {}ms\n    rules:\n      - alert: {name}\n        expr: vector(1)\n",
+        interval.as_millis()
+    )
+}
+
+/// Where Prometheus sends alerts on an Alertmanager (API v2).
+pub const ALERTS_PATH: &str = "/api/v2/alerts";
