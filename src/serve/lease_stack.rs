@@ -15,7 +15,7 @@ use tracing::Instrument;
 
 use crate::config::ServeConfig;
 use crate::elector::driver::{self, Heartbeat, Inputs};
-use crate::elector::incarnation::StateDir;
+use crate::elector::incarnation::{RecordWriter, StateDir};
 use crate::elector::lease_client::KubeLeaseStore;
 use crate::elector::machine::{Election, Settings, Spread};
 use crate::serve::collector_health;
@@ -115,7 +115,11 @@ impl LeaseStack {
             publisher = publisher.with_gate_acks(gate_acks.clone());
         }
         if let Some(state_dir) = state_dir {
-            publisher = publisher.with_state_dir(state_dir);
+            // Written by a thread of its own: a hung volume must not stall
+            // the election, nor the listeners on its runtime.
+            let writer = RecordWriter::spawn(state_dir)
+                .map_err(|error| format!("cannot start the --state-dir writer: {error}"))?;
+            publisher = publisher.with_state_dir(writer);
         }
         // Kubernetes Events (--record-events): queued by the publisher, sent
         // by a task of their own on the Lease's client.

@@ -187,3 +187,67 @@ async fn two_sidecars_cannot_share_a_state_directory() {
         b.log()
     );
 }
+
+/// The record is written off the election's thread: a state directory that
+/// blocks (its temporary file a FIFO, whose `open` waits as a hung volume
+/// would) costs at most the resumption after a restart, never a renew, a
+/// probe or a gate's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_directory_that_hangs_stalls_neither_the_renews_nor_the_listeners() {
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir("resume-hung-volume");
+    let state = dir.join("state-a");
+    std::fs::create_dir_all(&state).unwrap();
+    let temporary = state.join(format!("term-{NAMESPACE}.{LEASE}.json.tmp"));
+    let fifo = std::ffi::CString::new(temporary.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let a = Sidecar::spawn_with(&api, &dir, "a", TIMING, &state_args(&state));
+    a.wait_serving().await;
+    let term = a
+        .wait_leading(TIMING.lease * 3)
+        .await
+        .term()
+        .expect("a term")
+        .to_owned();
+    // Its first record now hangs for good; two renew deadlines go by.
+    let since = Instant::now();
+    tokio::time::sleep(TIMING.renew_deadline * 2).await;
+    let healthz = support::sidecar::get(a.admin, "/healthz").await;
+    let leader = a.leader().await;
+    let gate = support::sidecar::get(a.gate, "/leader").await;
+    let renews = api
+        .requests_of("a", Verb::Update)
+        .into_iter()
+        .filter(|r| r.at > since && r.status == Some(200))
+        .count();
+    // Unblock the writer (a reader that does not wait for it), so the
+    // process ends as usual.
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _reader = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&temporary);
+    }
+    let log = a.log();
+    assert!(
+        healthz.as_ref().is_some_and(|p| p.status == 200),
+        "liveness: {healthz:?}\n{log}"
+    );
+    let leader = leader.expect("the admin listener answers /leader");
+    assert!(
+        leader.leading() && leader.term() == Some(term.as_str()),
+        "{leader:?}\n{log}"
+    );
+    assert!(
+        gate.is_some_and(|p| p.status == 200),
+        "the gate listener answers"
+    );
+    // A renew every retry period: about six in two renew deadlines.
+    assert!(
+        renews >= 4,
+        "{renews} renews in {:?}\n{log}",
+        since.elapsed()
+    );
+}
