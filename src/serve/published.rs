@@ -294,6 +294,10 @@ impl Outlet for Publisher {
             .map_or_else(Vec::new, |acks| acks.still_open())
     }
 
+    fn whole_gate_lag_reason(&self) -> Option<&'static str> {
+        self.gate_acks.as_ref()?.whole_lag_reason()
+    }
+
     fn resumable(&self, write: Option<&Recorded>) {
         // Handed to the writer's thread: the election never waits on the
         // disk, and the thread says (once) when it cannot write.

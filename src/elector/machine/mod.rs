@@ -64,7 +64,7 @@ mod spread;
 mod successor;
 mod view;
 
-pub use resume::NotResumed;
+pub use resume::{Dropped, NotResumed, Resumption};
 pub use spread::{Held, Spread, spread_of};
 pub use successor::{
     DEFAULT_CLAIM_WINDOW, HANDOVER_ANNOTATION, SUCCESSOR_ANNOTATION, handover_to, preferred_holder,
@@ -270,6 +270,9 @@ pub struct Election {
     /// The uid and `renewTime` of a previous process's write taken as our
     /// own (`resume`), until the first observation confirms the uid.
     resumed: Option<(String, i64)>,
+    /// What the first observation made of the resumed write, until the
+    /// driver takes it to say so.
+    resumption: Option<Resumption>,
     view: Option<View>,
     role: Role,
     pending: Option<Pending>,
@@ -318,6 +321,7 @@ impl Election {
             identity_conflicts: 0,
             inherited: None,
             resumed: None,
+            resumption: None,
             view: None,
             role: Role::Following,
             pending: None,
