@@ -54,6 +54,10 @@ pub struct LeaderState {
     /// The successor named in the Lease, as observed: what spreading several
     /// Leases needs to know of the others (not in the `/leader` body).
     pub successor: Option<String>,
+    /// The live record is this process's own write (leading, or stepping
+    /// down until the release): what spreading counts as held (not in the
+    /// `/leader` body).
+    pub own_record: bool,
 }
 
 impl LeaderState {
@@ -70,6 +74,7 @@ impl LeaderState {
             observed: false,
             collector_healthy: None,
             successor: None,
+            own_record: false,
         }
     }
 
@@ -205,6 +210,7 @@ impl Publisher {
                 observed: snapshot.observed,
                 collector_healthy: snapshot.collector_healthy,
                 successor: snapshot.successor.clone(),
+                own_record: snapshot.own_record,
             };
             let changed = *state != next;
             if changed {
@@ -493,6 +499,7 @@ mod tests {
             observed: true,
             collector_healthy: None,
             successor: None,
+            own_record: leading,
         }
     }
 
@@ -552,6 +559,7 @@ mod tests {
             observed: false,
             collector_healthy: None,
             successor: None,
+            own_record: false,
         });
         AppState {
             state,
@@ -584,6 +592,7 @@ mod tests {
                 observed: true,
                 collector_healthy: Some(true),
                 successor: None,
+                own_record: false,
             },
             LeaderState {
                 leading: false,
@@ -597,6 +606,7 @@ mod tests {
                 observed: false,
                 collector_healthy: Some(false),
                 successor: None,
+                own_record: false,
             },
             // Published as leading, past its deadline: no term, not leading.
             LeaderState {
@@ -611,6 +621,7 @@ mod tests {
                 observed: true,
                 collector_healthy: None,
                 successor: None,
+                own_record: false,
             },
         ];
         for identity in ["me", "a\\b\u{1}"] {

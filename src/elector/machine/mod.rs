@@ -246,6 +246,12 @@ pub struct Snapshot {
     pub collector_healthy: Option<bool>,
     /// The successor named in the Lease as observed (see [`successor`]).
     pub successor: Option<String>,
+    /// The live record is one of this process's own writes: it leads, or
+    /// steps down from a term it led, until its release (or the record's
+    /// expiry). A record naming this identity that another process wrote —
+    /// a previous process of this pod whose term was not resumed, a twin —
+    /// is not (see `spread`).
+    pub own_record: bool,
 }
 
 /// The election of one candidate.
@@ -441,6 +447,13 @@ impl Election {
         } else {
             self.view.as_ref().and_then(|view| view.live_holder(now))
         };
+        let own_record = leading
+            || (holder.as_deref() == Some(self.settings.identity.as_str())
+                && self
+                    .view
+                    .as_ref()
+                    .and_then(|view| view.lease.as_ref())
+                    .is_some_and(|lease| self.is_own(&lease.record())));
         Snapshot {
             leading,
             term,
@@ -455,6 +468,7 @@ impl Election {
                 .as_ref()
                 .and_then(|view| view.lease.as_ref())
                 .and_then(successor::successor_of),
+            own_record,
         }
     }
 

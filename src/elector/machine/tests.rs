@@ -1929,3 +1929,40 @@ fn the_first_observation_says_whether_a_resumed_write_was_taken_and_why_not() {
         "the lease shows another holder (\"b\")"
     );
 }
+
+/// What spreading counts as held: a record of this process's own (leading,
+/// or stepping down until the release), never one that merely names this
+/// identity — a previous process of this pod that died, its term not
+/// resumed.
+#[test]
+fn only_a_record_of_this_process_is_published_as_its_own() {
+    let mut restarted = Harness::new("a");
+    let dead = restarted.server_sets(
+        LeaseBuilder::held_by("a")
+            .renewed_at(1_800_000_000 * SECOND)
+            .annotation(crate::elector::lease::WRITER_ANNOTATION, "00000000000000dd"),
+    );
+    restarted.feed(Input::Observed(Some(dead)), 0.0);
+    let snapshot = restarted.snapshot(0.5);
+    assert_eq!(snapshot.holder.as_deref(), Some("a"), "names this identity");
+    assert!(!snapshot.leading && !snapshot.own_record);
+
+    let mut h = Harness::new("a");
+    let t = h.lead();
+    assert!(h.snapshot(t + 0.1).own_record);
+    h.feed(Input::Shutdown, t + 0.2);
+    let stepping_down = h.snapshot(t + 0.3);
+    assert!(
+        !stepping_down.leading && stepping_down.own_record,
+        "until its release"
+    );
+    let release = h.feed(
+        Input::Release {
+            timeout: Duration::from_secs(1),
+        },
+        t + 0.4,
+    );
+    let released = h.accept(&release[0]);
+    h.feed(Input::Written(Ok(released)), t + 0.5);
+    assert!(!h.snapshot(t + 0.6).own_record);
+}
