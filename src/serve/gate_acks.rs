@@ -473,6 +473,9 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
