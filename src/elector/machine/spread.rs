@@ -19,6 +19,11 @@
 //!   that is free: a pod holding none may claim the slots of several Leases
 //!   of one holder at once, and must get one of them, not all.
 //!
+//! A Lease counts as held while this process leads it, or steps down from a
+//! term it led until its release ([`Held::own_record`]) — never merely
+//! because its record names this identity: a previous process of this pod
+//! that died wrote that one, and leads nothing now.
+//!
 //! Every rebalancing step moves one surplus Lease to a pod that held none,
 //! with the successor's claim, the release and the acquisition: O(1)
 //! writes, and never a herd.
