@@ -19,11 +19,20 @@
 //! The file is replaced by a rename (a reader sees the old record or the new
 //! one, never a torn one), without fsync: it needs to outlive a process, not
 //! a node. A record that cannot be read is reported and ignored.
+//!
+//! Writing it is no business of the election's loop: a volume that hangs (a
+//! stuck network disk, a FIFO in place of the temporary file) would stall
+//! every renew, step-down and HTTP answer of the sidecar with it. The
+//! records go to a thread of their own ([`RecordWriter`]) through a slot
+//! where the newest value wins, so the loop never waits on the disk. A
+//! record left stale by that costs only a resumption, never safety: the
+//! Lease must still show the exact write recorded for it to count.
 
 use std::fs::File;
 use std::io::{self, Write as _};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -181,6 +190,132 @@ impl StateDir {
     }
 }
 
+/// Where the writer thread puts what it is given: a record, or its removal.
+pub trait RecordSink: Send + 'static {
+    fn record(&self, write: &Recorded) -> io::Result<()>;
+    fn clear(&self) -> io::Result<()>;
+    /// Named in the writer's log.
+    fn describe(&self) -> String;
+}
+
+impl RecordSink for StateDir {
+    fn record(&self, write: &Recorded) -> io::Result<()> {
+        StateDir::record(self, write)
+    }
+
+    fn clear(&self) -> io::Result<()> {
+        StateDir::clear(self)
+    }
+
+    fn describe(&self) -> String {
+        self.file.display().to_string()
+    }
+}
+
+/// What the writer thread is to do next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Pending {
+    Record(Box<Recorded>),
+    Clear,
+}
+
+/// The slot between the election and the writer thread: only the newest
+/// value is kept, so a writer that hangs holds one record at most.
+#[derive(Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct SlotState {
+    next: Option<Pending>,
+    /// The writer was dropped: write what is pending, then end.
+    closed: bool,
+}
+
+/// Writes the state record off the election's thread: [`RecordWriter::record`]
+/// and [`RecordWriter::clear`] never wait on the disk; a thread of its own
+/// (`state-dir-writer`) writes the newest value given, and the ones given
+/// while it was busy are skipped (each replaces the one before).
+/// Dropping it lets the thread write what is pending and end; nothing waits
+/// for that (a hung volume must not hang the shutdown either).
+pub struct RecordWriter {
+    slot: Arc<Slot>,
+}
+
+// === impl RecordWriter ===
+
+impl RecordWriter {
+    /// Starts the writer thread for `sink`.
+    pub fn spawn(sink: impl RecordSink) -> io::Result<Self> {
+        let slot = Arc::new(Slot::default());
+        let theirs = slot.clone();
+        std::thread::Builder::new()
+            .name("state-dir-writer".into())
+            .spawn(move || write_until_closed(&theirs, &sink))?;
+        Ok(Self { slot })
+    }
+
+    /// Records `write` (replacing whatever was not written yet).
+    pub fn record(&self, write: &Recorded) {
+        self.put(Pending::Record(Box::new(write.clone())));
+    }
+
+    /// Forgets the record (replacing whatever was not written yet).
+    pub fn clear(&self) {
+        self.put(Pending::Clear);
+    }
+
+    fn put(&self, next: Pending) {
+        let mut state = self.slot.state.lock().expect("state writer lock");
+        state.next = Some(next);
+        drop(state);
+        self.slot.wake.notify_one();
+    }
+}
+
+impl Drop for RecordWriter {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.slot.state.lock() {
+            state.closed = true;
+        }
+        self.slot.wake.notify_one();
+    }
+}
+
+/// The writer thread: takes the newest value, writes it, and again, until
+/// the writer is dropped and nothing is pending. A failure is said once at
+/// WARN (then at debug): it costs only the resumption after a restart.
+fn write_until_closed(slot: &Slot, sink: &impl RecordSink) {
+    let mut said = false;
+    loop {
+        let next = {
+            let mut state = slot.state.lock().expect("state writer lock");
+            loop {
+                if let Some(next) = state.next.take() {
+                    break next;
+                }
+                if state.closed {
+                    return;
+                }
+                state = slot.wake.wait(state).expect("state writer lock");
+            }
+        };
+        let result = match &next {
+            Pending::Record(write) => sink.record(write),
+            Pending::Clear => sink.clear(),
+        };
+        if let Err(error) = result {
+            if !std::mem::replace(&mut said, true) {
+                tracing::warn!(file = %sink.describe(), %error, "cannot write the state directory: a restart will not resume the term");
+            } else {
+                tracing::debug!(file = %sink.describe(), %error, "cannot write the state directory");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +374,147 @@ mod tests {
         assert!(matches!(error, StateDirError::InUse(_)), "{error}");
         drop(held);
         StateDir::open(&dir, "monitoring", "metrics").expect("free again");
+    }
+
+    /// A disk that takes each operation only when the test says so: what
+    /// it was asked to write, in order; dropped when the thread ends.
+    struct SlowDisk {
+        written: Arc<Mutex<Vec<Pending>>>,
+        entered: std::sync::mpsc::Sender<()>,
+        go: Mutex<std::sync::mpsc::Receiver<()>>,
+        ended: std::sync::mpsc::Sender<()>,
+    }
+
+    impl SlowDisk {
+        fn take(&self, pending: Pending) -> io::Result<()> {
+            let _ = self.entered.send(());
+            let _ = self.go.lock().unwrap().recv();
+            self.written.lock().unwrap().push(pending);
+            Ok(())
+        }
+    }
+
+    impl RecordSink for SlowDisk {
+        fn record(&self, write: &Recorded) -> io::Result<()> {
+            self.take(Pending::Record(Box::new(write.clone())))
+        }
+
+        fn clear(&self) -> io::Result<()> {
+            self.take(Pending::Clear)
+        }
+
+        fn describe(&self) -> String {
+            "a slow disk".into()
+        }
+    }
+
+    impl Drop for SlowDisk {
+        fn drop(&mut self) {
+            let _ = self.ended.send(());
+        }
+    }
+
+    struct Harness {
+        writer: Option<RecordWriter>,
+        written: Arc<Mutex<Vec<Pending>>>,
+        entered: std::sync::mpsc::Receiver<()>,
+        go: std::sync::mpsc::Sender<()>,
+        ended: std::sync::mpsc::Receiver<()>,
+    }
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    fn slow_disk() -> Harness {
+        let (entered_tx, entered) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel();
+        let (ended_tx, ended) = std::sync::mpsc::channel();
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let disk = SlowDisk {
+            written: written.clone(),
+            entered: entered_tx,
+            go: Mutex::new(go_rx),
+            ended: ended_tx,
+        };
+        Harness {
+            writer: Some(RecordWriter::spawn(disk).unwrap()),
+            written,
+            entered,
+            go,
+            ended,
+        }
+    }
+
+    impl Harness {
+        fn writer(&self) -> &RecordWriter {
+            self.writer.as_ref().unwrap()
+        }
+
+        /// Lets every operation through, drops the writer and waits for
+        /// its thread to end: what was written, in order.
+        fn finish(mut self) -> Vec<Pending> {
+            drop(self.writer.take());
+            loop {
+                let _ = self.go.send(());
+                if self.ended.recv_timeout(Duration::from_millis(20)).is_ok() {
+                    break;
+                }
+            }
+            self.written.lock().unwrap().clone()
+        }
+    }
+
+    fn term(transitions: i64) -> Recorded {
+        Recorded {
+            transitions,
+            ..write()
+        }
+    }
+
+    fn recorded(transitions: i64) -> Pending {
+        Pending::Record(Box::new(term(transitions)))
+    }
+
+    #[test]
+    fn a_hung_disk_never_holds_the_election_and_the_newest_record_wins() {
+        let disk = slow_disk();
+        disk.writer().record(&term(1));
+        disk.entered.recv_timeout(WAIT).expect("the thread writes");
+        // The disk hangs in that write; the election goes on, never waiting.
+        let started = std::time::Instant::now();
+        for transitions in 2..100 {
+            disk.writer().record(&term(transitions));
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
+        disk.go.send(()).unwrap();
+        disk.entered.recv_timeout(WAIT).expect("the next write");
+        // Only the newest of those given while it hung was written.
+        assert_eq!(disk.finish(), [recorded(1), recorded(99)]);
+    }
+
+    #[test]
+    fn a_clear_given_after_a_record_is_what_remains() {
+        let disk = slow_disk();
+        disk.writer().record(&term(1));
+        disk.entered.recv_timeout(WAIT).unwrap();
+        disk.writer().record(&term(2));
+        disk.writer().clear();
+        assert_eq!(disk.finish(), [recorded(1), Pending::Clear]);
+        // And a record given after a clear replaces it.
+        let disk = slow_disk();
+        disk.writer().clear();
+        disk.entered.recv_timeout(WAIT).unwrap();
+        disk.writer().clear();
+        disk.writer().record(&term(3));
+        assert_eq!(disk.finish(), [Pending::Clear, recorded(3)]);
+    }
+
+    #[test]
+    fn what_is_pending_when_the_writer_is_dropped_is_still_written() {
+        let disk = slow_disk();
+        disk.writer().record(&term(1));
+        disk.entered.recv_timeout(WAIT).unwrap();
+        disk.writer().clear();
+        assert_eq!(disk.finish(), [recorded(1), Pending::Clear]);
     }
 
     #[test]

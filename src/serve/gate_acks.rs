@@ -15,6 +15,12 @@
 //! same, so that every release waits the whole gate lag while it is there,
 //! however soon the others acknowledge.
 //!
+//! A term resumed by a restarted sidecar (`--state-dir`) never ends its
+//! gate lag early ([`GateAcks::resumed`]): the gates registered for it
+//! before the restart are unknown — one may have died or be backing off,
+//! its collector still running — and no registry kept on disk could be
+//! trusted to list them all (the record is written behind the election).
+//!
 //! Safety rests on one order: the publisher changes the published state
 //! *before* it tells this registry ([`GateAcks::term_changed`]), and a
 //! subscriber registers *before* it reads the state. A gate that registers
@@ -66,6 +72,8 @@ struct Inner {
     gone_since: HashMap<Arc<str>, std::time::Instant>,
     /// The current term, or the last one.
     term: Option<TermGates>,
+    /// The term resumed from a previous process of this sidecar, if any.
+    resumed: Option<String>,
 }
 
 struct TermGates {
@@ -80,6 +88,11 @@ struct TermGates {
     /// A gate that owed this term was forgotten to make room: nothing may
     /// end its release's gate lag early.
     forgot: bool,
+    /// The term was resumed after a restart of the sidecar: the gates
+    /// registered for it before are unknown, so likewise.
+    resumed: bool,
+    /// Why its release waits the whole gate lag was said.
+    said_why: bool,
 }
 
 impl Inner {
@@ -246,6 +259,15 @@ impl GateAcks {
         })
     }
 
+    /// Term `term` is resumed from a previous process of this sidecar
+    /// (`--state-dir`): whoever registered for it before the restart is
+    /// unknown, so when it starts here nothing may end its release's gate
+    /// lag early. Call before the election runs.
+    pub fn resumed(&self, term: &str) {
+        let mut inner = self.inner.lock().expect("gate acks lock");
+        inner.resumed = Some(term.to_owned());
+    }
+
     /// The published state now says `leading` in `term`: call after it is
     /// published, on every publication.
     pub fn term_changed(&self, term: Option<&str>, leading: bool) {
@@ -259,13 +281,17 @@ impl GateAcks {
                 .keys()
                 .cloned()
                 .partition(|id| inner.silent.contains(id));
+            let term = term.unwrap_or_default().to_owned();
+            let resumed = inner.resumed.as_ref() == Some(&term);
             inner.term = Some(TermGates {
-                term: term.unwrap_or_default().to_owned(),
+                term,
                 leading: true,
                 open,
                 closed: HashSet::new(),
                 silent,
                 forgot: false,
+                resumed,
+                said_why: false,
             });
             // Only connected gates owe the new term.
             inner.gone_since.clear();
@@ -316,6 +342,7 @@ impl GateAcks {
         inner.term.as_ref().is_some_and(|g| {
             !g.leading
                 && !g.forgot
+                && !g.resumed
                 && g.open.is_empty()
                 && g.silent.is_empty()
                 && !g.closed.is_empty()
@@ -333,6 +360,16 @@ impl GateAcks {
                 return std::future::pending().await;
             }
         }
+    }
+
+    /// Why the last term's release waits the whole gate lag whatever its
+    /// gates say, if for a reason of its own: given once per term (`None`
+    /// after that), for the release to say it.
+    pub fn whole_lag_reason(&self) -> Option<&'static str> {
+        let mut inner = self.inner.lock().expect("gate acks lock");
+        let gates = inner.term.as_mut().filter(|g| g.resumed && !g.said_why)?;
+        gates.said_why = true;
+        Some("the term was resumed after a restart: gates registered before it are unknown")
     }
 
     /// Gates registered for the last term that have not acknowledged it.
@@ -448,6 +485,9 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -554,6 +594,34 @@ mod tests {
         acks.term_changed(Some("u/1"), false);
         let _late = acks.register("late", false).unwrap();
         assert_eq!(acks.acknowledge("exec-1", "u/1"), Ack::Counted);
+        assert!(acks.closed_now());
+    }
+
+    #[test]
+    fn a_resumed_term_waits_its_whole_gate_lag_whoever_acknowledges() {
+        let acks = GateAcks::new(8);
+        acks.resumed("u/3");
+        let _exec = acks.register("exec-1", false).unwrap();
+        acks.term_changed(Some("u/3"), true);
+        let _late = acks.register("file-gate-1", false).unwrap();
+        acks.term_changed(Some("u/3"), false);
+        assert_eq!(acks.acknowledge("exec-1", "u/3"), Ack::Counted);
+        assert_eq!(acks.acknowledge("file-gate-1", "u/3"), Ack::Counted);
+        // Every gate it knows acknowledged; one registered before the
+        // restart may still run its collector.
+        assert!(!acks.closed_now());
+        assert!(acks.still_open().is_empty());
+        assert_eq!(
+            acks.whole_lag_reason(),
+            Some("the term was resumed after a restart: gates registered before it are unknown")
+        );
+        assert_eq!(acks.whole_lag_reason(), None, "said once");
+        // A term this process started itself is judged as usual.
+        acks.term_changed(Some("u/4"), true);
+        acks.term_changed(Some("u/4"), false);
+        assert_eq!(acks.whole_lag_reason(), None);
+        assert_eq!(acks.acknowledge("exec-1", "u/4"), Ack::Counted);
+        assert_eq!(acks.acknowledge("file-gate-1", "u/4"), Ack::Counted);
         assert!(acks.closed_now());
     }
 

@@ -15,7 +15,8 @@ use tracing::Instrument;
 
 use crate::config::ServeConfig;
 use crate::elector::driver::{self, Heartbeat, Inputs};
-use crate::elector::incarnation::StateDir;
+use crate::elector::incarnation::{RecordWriter, StateDir};
+use crate::elector::lease::TermId;
 use crate::elector::lease_client::KubeLeaseStore;
 use crate::elector::machine::{Election, Settings, Spread};
 use crate::serve::collector_health;
@@ -115,7 +116,11 @@ impl LeaseStack {
             publisher = publisher.with_gate_acks(gate_acks.clone());
         }
         if let Some(state_dir) = state_dir {
-            publisher = publisher.with_state_dir(state_dir);
+            // Written by a thread of its own: a hung volume must not stall
+            // the election, nor the listeners on its runtime.
+            let writer = RecordWriter::spawn(state_dir)
+                .map_err(|error| format!("cannot start the --state-dir writer: {error}"))?;
+            publisher = publisher.with_state_dir(writer);
         }
         // Kubernetes Events (--record-events): queued by the publisher, sent
         // by a task of their own on the Lease's client.
@@ -161,9 +166,13 @@ impl LeaseStack {
         let mut election = Election::new(settings, fastrand::u64(..));
         election.set_successor_claim_window(config.successor_claim_window);
         if let Some(previous) = &previous {
-            let term = format!("{}/{}", previous.uid, previous.transitions);
+            // Named as the term it starts is ([`TermId`]).
+            let term = TermId::new(Some(&previous.uid), previous.transitions).to_string();
             match election.resume(previous, driver::now()) {
                 Ok(()) => {
+                    // Its gates registered before the restart are unknown:
+                    // if it starts, its release waits the whole gate lag.
+                    app.gate_acks.resumed(&term);
                     tracing::info!(lease = name, %term, "found the last write of this pod's previous process: its term resumes if the lease still shows that write")
                 }
                 Err(why) => {

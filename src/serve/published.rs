@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{BootInstant, boot_clock_id, format_micro_time, wall_micros};
 use crate::elector::api_error::ApiError;
 use crate::elector::driver::{Heartbeat, Outlet};
-use crate::elector::incarnation::{Recorded, StateDir};
+use crate::elector::incarnation::{RecordWriter, Recorded};
 use crate::elector::machine::Snapshot;
 use crate::serve::gate_acks::GateAcks;
 use crate::serve::kube_events::Recorder;
@@ -54,6 +54,10 @@ pub struct LeaderState {
     /// The successor named in the Lease, as observed: what spreading several
     /// Leases needs to know of the others (not in the `/leader` body).
     pub successor: Option<String>,
+    /// The live record is this process's own write (leading, or stepping
+    /// down until the release): what spreading counts as held (not in the
+    /// `/leader` body).
+    pub own_record: bool,
 }
 
 impl LeaderState {
@@ -70,6 +74,7 @@ impl LeaderState {
             observed: false,
             collector_healthy: None,
             successor: None,
+            own_record: false,
         }
     }
 
@@ -119,8 +124,9 @@ pub struct Publisher {
     metrics: Arc<Metrics>,
     /// Kubernetes Events for this instance's starts and stops, if recorded.
     recorder: Option<Recorder>,
-    /// `--state-dir`: where our last stored write is kept for a restart.
-    state_dir: Option<StateDir>,
+    /// `--state-dir`: where our last stored write is kept for a restart,
+    /// written by a thread of its own (never on the election's).
+    state_dir: Option<RecordWriter>,
     /// The gates registered for each term, told of every publication; their
     /// acknowledgements may end the gate lag early.
     gate_acks: Option<Arc<GateAcks>>,
@@ -152,8 +158,9 @@ impl Publisher {
         self
     }
 
-    /// Also keeps the write a restart of this pod may resume in `state_dir`.
-    pub fn with_state_dir(mut self, state_dir: StateDir) -> Self {
+    /// Also keeps the write a restart of this pod may resume, through
+    /// `state_dir`'s thread.
+    pub fn with_state_dir(mut self, state_dir: RecordWriter) -> Self {
         self.state_dir = Some(state_dir);
         self
     }
@@ -203,6 +210,7 @@ impl Publisher {
                 observed: snapshot.observed,
                 collector_healthy: snapshot.collector_healthy,
                 successor: snapshot.successor.clone(),
+                own_record: snapshot.own_record,
             };
             let changed = *state != next;
             if changed {
@@ -292,23 +300,19 @@ impl Outlet for Publisher {
             .map_or_else(Vec::new, |acks| acks.still_open())
     }
 
+    fn whole_gate_lag_reason(&self) -> Option<&'static str> {
+        self.gate_acks.as_ref()?.whole_lag_reason()
+    }
+
     fn resumable(&self, write: Option<&Recorded>) {
+        // Handed to the writer's thread: the election never waits on the
+        // disk, and the thread says (once) when it cannot write.
         let Some(state_dir) = &self.state_dir else {
             return;
         };
-        let result = match write {
+        match write {
             Some(write) => state_dir.record(write),
             None => state_dir.clear(),
-        };
-        if let Err(error) = result {
-            // Costs only the resumption after a restart; said at debug
-            // level after the first time.
-            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                tracing::warn!(%error, "cannot write the state directory: a restart will not resume the term");
-            } else {
-                tracing::debug!(%error, "cannot write the state directory");
-            }
         }
     }
 }
@@ -495,6 +499,7 @@ mod tests {
             observed: true,
             collector_healthy: None,
             successor: None,
+            own_record: leading,
         }
     }
 
@@ -554,6 +559,7 @@ mod tests {
             observed: false,
             collector_healthy: None,
             successor: None,
+            own_record: false,
         });
         AppState {
             state,
@@ -586,6 +592,7 @@ mod tests {
                 observed: true,
                 collector_healthy: Some(true),
                 successor: None,
+                own_record: false,
             },
             LeaderState {
                 leading: false,
@@ -599,6 +606,7 @@ mod tests {
                 observed: false,
                 collector_healthy: Some(false),
                 successor: None,
+                own_record: false,
             },
             // Published as leading, past its deadline: no term, not leading.
             LeaderState {
@@ -613,6 +621,7 @@ mod tests {
                 observed: true,
                 collector_healthy: None,
                 successor: None,
+                own_record: false,
             },
         ];
         for identity in ["me", "a\\b\u{1}"] {

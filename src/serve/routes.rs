@@ -202,6 +202,7 @@ mod tests {
             observed: true,
             collector_healthy: None,
             successor: None,
+            own_record: true,
         }
     }
 

@@ -39,6 +39,7 @@ async fn coordinate(
                 leading: state.leading,
                 holder: state.holder.as_deref(),
                 successor: state.successor.as_deref(),
+                own_record: state.own_record,
             })
             .collect();
         for (sender, spread) in senders.iter().zip(spread_of(&held, &identity)) {
@@ -66,6 +67,7 @@ mod tests {
         LeaderState {
             leading,
             holder: leading.then(|| "me".into()),
+            own_record: leading,
             ..LeaderState::initial()
         }
     }

@@ -475,6 +475,7 @@ fn leading(valid_until: BootInstant) -> Snapshot {
         observed: true,
         collector_healthy: None,
         successor: None,
+        own_record: true,
     }
 }
 

@@ -8,6 +8,7 @@ use crate::support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use support::events::EventClient;
 use support::fake_apiserver::{FakeApiServer, Resource, Verb};
 use support::sidecar::{Sidecar, Timing, test_dir};
 
@@ -73,6 +74,10 @@ async fn a_sidecar_killed_and_restarted_with_its_state_directory_resumes_its_own
     assert_eq!(led_by_b(&api), 0, "the peer never led meanwhile");
     let log = a.log();
     assert!(log.contains("its term resumes"), "{log}");
+    assert!(
+        log.contains("the lease still shows the previous process's last write: its term resumed"),
+        "{log}"
+    );
     assert!(!log.contains("ERROR"), "no twin reported: {log}");
     // It renews the resumed term as its own.
     tokio::time::sleep(TIMING.retry * 2).await;
@@ -159,7 +164,11 @@ async fn a_restart_resumes_nothing_it_cannot_prove_is_its_own() {
         let log = a.log();
         assert!(!log.contains("started leading"), "{case:?}: {log}");
         let why = match case {
-            Refusal::AnotherDirectory | Refusal::ChangedRecord => None,
+            Refusal::AnotherDirectory => None,
+            // The record names a, with a renewTime a never wrote.
+            Refusal::ChangedRecord => {
+                Some("not resuming the previous process's term: the lease shows another renewTime")
+            }
             Refusal::TornFile => Some("unreadable"),
             Refusal::AnotherBootClock => Some("another boot clock"),
         };
@@ -185,5 +194,152 @@ async fn two_sidecars_cannot_share_a_state_directory() {
                 .contains("in use by another running leader-gate process"),
         "{}",
         b.log()
+    );
+}
+
+/// The record is written off the election's thread: a state directory that
+/// blocks (its temporary file a FIFO, whose `open` waits as a hung volume
+/// would) costs at most the resumption after a restart, never a renew, a
+/// probe or a gate's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_directory_that_hangs_stalls_neither_the_renews_nor_the_listeners() {
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir("resume-hung-volume");
+    let state = dir.join("state-a");
+    std::fs::create_dir_all(&state).unwrap();
+    let temporary = state.join(format!("term-{NAMESPACE}.{LEASE}.json.tmp"));
+    let fifo = std::ffi::CString::new(temporary.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let a = Sidecar::spawn_with(&api, &dir, "a", TIMING, &state_args(&state));
+    a.wait_serving().await;
+    let term = a
+        .wait_leading(TIMING.lease * 3)
+        .await
+        .term()
+        .expect("a term")
+        .to_owned();
+    // Its first record now hangs for good; two renew deadlines go by.
+    let since = Instant::now();
+    tokio::time::sleep(TIMING.renew_deadline * 2).await;
+    let healthz = support::sidecar::get(a.admin, "/healthz").await;
+    let leader = a.leader().await;
+    let gate = support::sidecar::get(a.gate, "/leader").await;
+    let renews = api
+        .requests_of("a", Verb::Update)
+        .into_iter()
+        .filter(|r| r.at > since && r.status == Some(200))
+        .count();
+    // Unblock the writer (a reader that does not wait for it), so the
+    // process ends as usual.
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _reader = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&temporary);
+    }
+    let log = a.log();
+    assert!(
+        healthz.as_ref().is_some_and(|p| p.status == 200),
+        "liveness: {healthz:?}\n{log}"
+    );
+    let leader = leader.expect("the admin listener answers /leader");
+    assert!(
+        leader.leading() && leader.term() == Some(term.as_str()),
+        "{leader:?}\n{log}"
+    );
+    assert!(
+        gate.is_some_and(|p| p.status == 200),
+        "the gate listener answers"
+    );
+    // A renew every retry period: about six in two renew deadlines.
+    assert!(
+        renews >= 4,
+        "{renews} renews in {:?}\n{log}",
+        since.elapsed()
+    );
+}
+
+/// When `name`'s release (a write that clears the holder) was stored.
+async fn released_by(api: &FakeApiServer, name: &str, within: Duration) -> Instant {
+    let deadline = Instant::now() + within;
+    loop {
+        let release = api
+            .requests_of(name, Verb::Update)
+            .into_iter()
+            .find(|r| r.holder.is_none() && r.status == Some(200));
+        if let Some(release) = release {
+            return release.at;
+        }
+        assert!(Instant::now() < deadline, "{name} never released");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Gates `x` and `y` are registered for `a`'s term; `a`'s sidecar is
+/// SIGKILLed and restarted in its pod, and resumes the term. `y` has not
+/// come back (its stream dropped, its collector may still run): the
+/// resumed sidecar cannot know of it, so however soon `x` acknowledges,
+/// the release waits the whole gate lag, and the log says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_term_waits_its_whole_gate_lag_for_the_gates_registered_before_the_restart() {
+    // A margin (3 s) that holds a gate lag of 2.5 s.
+    const TIMING: Timing = Timing {
+        lease: Duration::from_secs(6),
+        renew_deadline: Duration::from_secs(3),
+        retry: Duration::from_secs(1),
+    };
+    const GATE_LAG: Duration = Duration::from_millis(2500);
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir("resume-gate-lag");
+    let state = dir.join("state-a");
+    let lag = format!("{}ms", GATE_LAG.as_millis());
+    let mut args = state_args(&state);
+    args.extend(["--gate-lag", lag.as_str()]);
+    let mut a = Sidecar::spawn_with(&api, &dir, "a", TIMING, &args);
+    a.wait_serving().await;
+    let term = a
+        .wait_leading(TIMING.lease * 3)
+        .await
+        .term()
+        .expect("a term")
+        .to_owned();
+    let b = Sidecar::spawn_with(&api, &dir, "b", TIMING, &["--gate-lag", &lag]);
+    b.wait_serving().await;
+    b.wait_for(Duration::from_secs(5), |p| p.holder() == Some("a"))
+        .await;
+    let mut x = EventClient::connect_as_gate(a.gate, "x").await;
+    let mut y = EventClient::connect_as_gate(a.gate, "y").await;
+    for gate in [&mut x, &mut y] {
+        let state = gate.next(Duration::from_secs(1)).await.expect("a state");
+        assert_eq!(state.term(), Some(term.as_str()), "registered for the term");
+    }
+
+    a.signal(libc::SIGKILL);
+    assert!(a.wait_exit(Duration::from_secs(5)).await.is_some());
+    drop(y);
+    let a = Sidecar::spawn_on(&api, &dir, "a", TIMING, a.gate, &args);
+    a.wait_serving().await;
+    let probe = a.wait_leading(TIMING.renew_deadline).await;
+    assert_eq!(probe.term(), Some(term.as_str()), "the term resumed");
+    let mut x = EventClient::connect_as_gate(a.gate, "x").await;
+    let state = x.next(Duration::from_secs(1)).await.expect("a state");
+    assert_eq!(state.term(), Some(term.as_str()));
+
+    let signalled = Instant::now();
+    a.signal(libc::SIGTERM);
+    assert_eq!(x.stopped_term(Duration::from_secs(5)).await, term);
+    assert_eq!(a.acknowledge("x", &term).await, 204);
+    let released = released_by(&api, "a", TIMING.lease * 2).await;
+    let after = released.saturating_duration_since(signalled);
+    let log = a.log();
+    assert!(
+        after >= GATE_LAG,
+        "released {after:?} after SIGTERM, within the gate lag {GATE_LAG:?}\n{log}"
+    );
+    assert!(
+        log.contains("the release waits the whole gate lag: the term was resumed after a restart"),
+        "{log}"
     );
 }

@@ -418,3 +418,57 @@ async fn beside_a_lease_alone_a_client_naming_another_lease_is_refused_not_opene
     assert_eq!(code, 1);
     assert!(stderr.contains("shard-1"), "{stderr}");
 }
+
+/// A pod restarted without resuming (no `--state-dir`) finds its previous
+/// process's record still naming it on `shard-1`, live for a while. That
+/// record is no Lease this process holds: it holds none, so it stands for
+/// the successor slot of `shard-0`, which `b` holds, as any pod holding
+/// none does (counting the dead record as held, it stood back, and would
+/// have handed over a Lease it led as surplus).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_a_dead_process_left_under_this_identity_is_not_held_by_its_restart() {
+    let api = FakeApiServer::start("collectors", LEASES[0]).await;
+    api.grant_leases(&LEASES[1..2]);
+    let dir = test_dir("several-dead-record");
+    api.create_lease(serde_json::json!({
+        "metadata": {
+            "name": LEASES[1],
+            // The mark of the process that died.
+            "annotations": {"leader-gate.dev/writer": "00000000000000dd"},
+        },
+        "spec": {
+            "holderIdentity": "a",
+            "leaseDurationSeconds": 60,
+            "acquireTime": "2026-12-04T00:00:00.000000Z",
+            "renewTime": "2026-12-04T00:00:00.000000Z",
+            "leaseTransitions": 1,
+        },
+    }));
+    let args = ["--lease-name", LEASES[1], "--successor-claim-window", "2s"];
+    let b = Sidecar::spawn_with(&api, &dir, "b", Timing::FAST, &args);
+    b.wait_serving().await;
+    wait_until(&api, Duration::from_secs(10), "b holds shard-0", |h| {
+        h[LEASES[0]].as_deref() == Some("b")
+    })
+    .await;
+    let a = Sidecar::spawn_with(&api, &dir, "a", Timing::FAST, &args);
+    a.wait_serving().await;
+    let successor = |api: &FakeApiServer| {
+        api.lease(LEASES[0]).and_then(|l| {
+            l["metadata"]["annotations"]["leader-gate.dev/successor"]
+                .as_str()
+                .map(str::to_owned)
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while successor(&api).as_deref() != Some("a") {
+        assert!(
+            Instant::now() < deadline,
+            "a never claimed the slot of {}: {:?}\n{}",
+            LEASES[0],
+            successor(&api),
+            a.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -32,7 +32,7 @@ use crate::elector::incarnation::Recorded;
 use crate::elector::lease::Lease;
 use crate::elector::lease_client::LeaseStore;
 use crate::elector::machine::{
-    Action, Election, Input, Now, Purpose, Snapshot, Spread, StopReason, Write, WriteOp,
+    Action, Election, Input, Now, Purpose, Resumption, Snapshot, Spread, StopReason, Write, WriteOp,
 };
 use outage::{Outage, Tally};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -85,6 +85,13 @@ pub trait Outlet: Send + Sync + 'static {
     /// The gates registered for the last term that have not acknowledged it.
     fn gates_still_open(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Why the release of the term that just ended waits the whole gate lag
+    /// whatever its gates say (a term resumed after a restart), once per
+    /// term; `None` otherwise.
+    fn whole_gate_lag_reason(&self) -> Option<&'static str> {
+        None
     }
 }
 
@@ -393,6 +400,7 @@ impl Driver {
         let actions = self.election.handle(input, now);
         self.handled = now.instant;
         self.report_identity_conflict(conflicts_before);
+        self.report_resumption();
         let resumable = self.election.resumable();
         if resumable != self.resumable {
             self.publisher.resumable(resumable.as_ref());
@@ -472,6 +480,21 @@ impl Driver {
         );
     }
 
+    /// Says what the first observation made of the write resumed from the
+    /// previous process of this pod (`--state-dir`), if one was.
+    fn report_resumption(&mut self) {
+        match self.election.take_resumption() {
+            None => {}
+            Some(Resumption::Resumed(term)) => tracing::info!(
+                term = term.as_str(),
+                "the lease still shows the previous process's last write: its term resumed"
+            ),
+            Some(Resumption::Dropped(why)) => {
+                tracing::info!("not resuming the previous process's term: {why}")
+            }
+        }
+    }
+
     /// Resolves once the gates are closed after the last step-down (G6):
     /// every gate registered for the term has acknowledged its end, or the
     /// gate lag, counted from the publication, ran out. At once if this
@@ -483,7 +506,16 @@ impl Driver {
         let lag_over = stepped_down + self.gate_lag;
         let acknowledged = self.publisher.gates_closed();
         let publisher = self.publisher.clone();
+        let gate_lag = self.gate_lag;
         Box::pin(async move {
+            if Instant::now() < lag_over
+                && let Some(why) = publisher.whole_gate_lag_reason()
+            {
+                tracing::info!(
+                    gate_lag_ms = gate_lag.as_millis() as u64,
+                    "the release waits the whole gate lag: {why}"
+                );
+            }
             tokio::select! {
                 biased;
                 () = acknowledged => {

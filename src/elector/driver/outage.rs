@@ -229,6 +229,10 @@ impl Outlet for Tally {
     fn gates_still_open(&self) -> Vec<String> {
         self.outlet.gates_still_open()
     }
+
+    fn whole_gate_lag_reason(&self) -> Option<&'static str> {
+        self.outlet.whole_gate_lag_reason()
+    }
 }
 
 #[cfg(test)]

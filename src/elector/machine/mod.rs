@@ -64,7 +64,7 @@ mod spread;
 mod successor;
 mod view;
 
-pub use resume::NotResumed;
+pub use resume::{Dropped, NotResumed, Resumption};
 pub use spread::{Held, Spread, spread_of};
 pub use successor::{
     DEFAULT_CLAIM_WINDOW, HANDOVER_ANNOTATION, SUCCESSOR_ANNOTATION, handover_to, preferred_holder,
@@ -246,6 +246,12 @@ pub struct Snapshot {
     pub collector_healthy: Option<bool>,
     /// The successor named in the Lease as observed (see [`successor`]).
     pub successor: Option<String>,
+    /// The live record is one of this process's own writes: it leads, or
+    /// steps down from a term it led, until its release (or the record's
+    /// expiry). A record naming this identity that another process wrote —
+    /// a previous process of this pod whose term was not resumed, a twin —
+    /// is not (see `spread`).
+    pub own_record: bool,
 }
 
 /// The election of one candidate.
@@ -270,6 +276,9 @@ pub struct Election {
     /// The uid and `renewTime` of a previous process's write taken as our
     /// own (`resume`), until the first observation confirms the uid.
     resumed: Option<(String, i64)>,
+    /// What the first observation made of the resumed write, until the
+    /// driver takes it to say so.
+    resumption: Option<Resumption>,
     view: Option<View>,
     role: Role,
     pending: Option<Pending>,
@@ -318,6 +327,7 @@ impl Election {
             identity_conflicts: 0,
             inherited: None,
             resumed: None,
+            resumption: None,
             view: None,
             role: Role::Following,
             pending: None,
@@ -437,6 +447,13 @@ impl Election {
         } else {
             self.view.as_ref().and_then(|view| view.live_holder(now))
         };
+        let own_record = leading
+            || (holder.as_deref() == Some(self.settings.identity.as_str())
+                && self
+                    .view
+                    .as_ref()
+                    .and_then(|view| view.lease.as_ref())
+                    .is_some_and(|lease| self.is_own(&lease.record())));
         Snapshot {
             leading,
             term,
@@ -451,6 +468,7 @@ impl Election {
                 .as_ref()
                 .and_then(|view| view.lease.as_ref())
                 .and_then(successor::successor_of),
+            own_record,
         }
     }
 

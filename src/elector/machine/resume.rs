@@ -6,11 +6,15 @@
 //! leadership from it ends at its own renew deadline (sent + renew deadline,
 //! on the boot clock it was sent on), so nothing is trusted that a renew of
 //! the old process could not have claimed.
+//!
+//! The first observation decides, and what it decided is kept for the
+//! driver to say ([`Election::take_resumption`]): the term resumed, or why
+//! the write was not taken ([`Dropped`]).
 
 use super::view::OwnWrite;
 use super::{Election, Now, Purpose, Role};
 use crate::elector::incarnation::Recorded;
-use crate::elector::lease::{Lease, WriterMark};
+use crate::elector::lease::{Lease, TermId, WriterMark};
 
 /// Why a recorded write was not taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +31,64 @@ impl std::fmt::Display for NotResumed {
             Self::TooOld => "its renew deadline has passed",
             Self::BadMark => "its writer mark is unreadable",
         })
+    }
+}
+
+/// What the first observation made of a resumed write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resumption {
+    /// The Lease shows the write: its term resumed here.
+    Resumed(TermId),
+    /// The write was not taken.
+    Dropped(Dropped),
+}
+
+/// Why the first observation did not take a resumed write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dropped {
+    /// The Lease no longer exists.
+    Deleted,
+    /// The Lease was deleted and created again since (another uid).
+    Recreated,
+    /// Another holder, or none (released, or cleared).
+    OtherHolder(Option<String>),
+    /// This identity, but another `renewTime`: a later write (one the
+    /// previous process made after its last record, or a twin's) or an edit.
+    OtherRenewTime,
+    /// This identity and that `renewTime`, under another writer mark.
+    OtherWriter,
+    /// The Lease shows the write, but its renew deadline passed before the
+    /// Lease was first seen.
+    TooOld,
+    /// The Lease shows the write, but this process may not lead (shutting
+    /// down, or its collector is unhealthy).
+    MayNotLead,
+}
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Deleted => f.write_str("the lease no longer exists"),
+            Self::Recreated => f.write_str("the lease was deleted and created again (another uid)"),
+            Self::OtherHolder(Some(holder)) => {
+                write!(f, "the lease shows another holder ({holder:?})")
+            }
+            Self::OtherHolder(None) => {
+                f.write_str("the lease shows no holder (released or cleared)")
+            }
+            Self::OtherRenewTime => f.write_str(
+                "the lease shows another renewTime under this identity (a later write, or an edit)",
+            ),
+            Self::OtherWriter => {
+                f.write_str("the lease shows that write under another process's writer mark")
+            }
+            Self::TooOld => {
+                f.write_str("its renew deadline passed before the lease was first seen")
+            }
+            Self::MayNotLead => f.write_str(
+                "this process may not lead now (shutting down, or its collector is unhealthy)",
+            ),
+        }
     }
 }
 
@@ -57,14 +119,53 @@ impl Election {
     }
 
     /// At the first observation: a resumed write counts only on the Lease
-    /// it was written to.
-    pub(super) fn confirm_resumed(&mut self, lease: Option<&Lease>) {
-        let Some((uid, renew)) = self.resumed.take() else {
-            return;
+    /// it was written to. What the record shows of it, if one was resumed
+    /// (`Ok`: the write itself); see [`Self::resumed_outcome`].
+    pub(super) fn confirm_resumed(&mut self, lease: Option<&Lease>) -> Option<Result<(), Dropped>> {
+        let (uid, renew) = self.resumed.take()?;
+        let dropped = match lease {
+            None => Some(Dropped::Deleted),
+            Some(lease) if lease.uid() != Some(uid.as_str()) => Some(Dropped::Recreated),
+            Some(_) => None,
         };
-        if lease.and_then(Lease::uid) != Some(uid.as_str()) {
+        if let Some(dropped) = dropped {
             self.own_writes.retain(|w| w.renew_micros != renew);
+            return Some(Err(dropped));
         }
+        let record = lease?.record();
+        Some(
+            if record.holder.as_deref() != Some(self.settings.identity.as_str()) {
+                Err(Dropped::OtherHolder(record.holder))
+            } else if record.renew_micros != Some(renew) {
+                Err(Dropped::OtherRenewTime)
+            } else if record
+                .writer
+                .is_some_and(|mark| mark != self.writer.as_str())
+            {
+                Err(Dropped::OtherWriter)
+            } else {
+                Ok(())
+            },
+        )
+    }
+
+    /// Once the first observation was judged: what became of the resumed
+    /// write, kept for the driver to say.
+    pub(super) fn resumed_outcome(&mut self, shown: Result<(), Dropped>) {
+        self.resumption = Some(match (shown, &self.role) {
+            (Err(dropped), _) => Resumption::Dropped(dropped),
+            (Ok(()), Role::Leading { term, .. }) => Resumption::Resumed(term.clone()),
+            (Ok(()), Role::Following) if self.shutting_down || !self.collector_healthy() => {
+                Resumption::Dropped(Dropped::MayNotLead)
+            }
+            (Ok(()), Role::Following) => Resumption::Dropped(Dropped::TooOld),
+        });
+    }
+
+    /// What the first observation made of the write resumed (if one was),
+    /// once: for the driver to say (the machine does no I/O).
+    pub fn take_resumption(&mut self) -> Option<Resumption> {
+        self.resumption.take()
     }
 
     /// While leading: the stored write the Lease shows, for the state

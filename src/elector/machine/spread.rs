@@ -19,6 +19,11 @@
 //!   that is free: a pod holding none may claim the slots of several Leases
 //!   of one holder at once, and must get one of them, not all.
 //!
+//! A Lease counts as held while this process leads it, or steps down from a
+//! term it led until its release ([`Held::own_record`]) — never merely
+//! because its record names this identity: a previous process of this pod
+//! that died wrote that one, and leads nothing now.
+//!
 //! Every rebalancing step moves one surplus Lease to a pod that held none,
 //! with the successor's claim, the release and the acquisition: O(1)
 //! writes, and never a herd.
@@ -43,20 +48,27 @@ pub struct Held<'a> {
     /// This process leads it.
     pub leading: bool,
     /// The live holder of its record (this process's identity also while it
-    /// steps down, until its release).
+    /// steps down, until its release — and when a previous process of this
+    /// pod, or a twin, wrote it).
     pub holder: Option<&'a str>,
+    /// Its live record is one of this process's own writes: it leads, or
+    /// steps down from a term it led, until its release
+    /// ([`super::Snapshot::own_record`]).
+    pub own_record: bool,
     /// The successor named in it.
     pub successor: Option<&'a str>,
 }
 
 /// What each Lease of a group is told, given what this process (`me`)
-/// observes of each: every Lease it holds (leads, or whose record still
-/// names it, stepping down) counts for the others; the first one held is
+/// observes of each: every Lease it holds (leads, or whose record is still
+/// its own write, stepping down) counts for the others — not one whose
+/// record merely names it, written by a process before it that died (its
+/// term not resumed: this process leads nothing there); the first one held is
 /// kept, and while it holds more, the last one held is surplus once its
 /// named successor is free — neither the holder of another of these Leases
 /// nor the successor named in one that is free (about to take it).
 pub fn spread_of(leases: &[Held<'_>], me: &str) -> Vec<Spread> {
-    let holds = |l: &Held<'_>| l.leading || l.holder == Some(me);
+    let holds = |l: &Held<'_>| l.leading || l.own_record;
     let held = leases.iter().filter(|l| holds(l)).count();
     let kept = leases.iter().position(holds);
     let given_up = leases
@@ -124,6 +136,7 @@ mod tests {
             leading: true,
             holder: Some("me"),
             successor,
+            own_record: true,
         }
     }
 
@@ -132,6 +145,7 @@ mod tests {
             leading: false,
             holder,
             successor,
+            own_record: false,
         }
     }
 
@@ -181,6 +195,7 @@ mod tests {
             leading: false,
             holder: Some("me"),
             successor: Some("b"),
+            own_record: true,
         };
         let spread = spread_of(&[led(Some("b")), led(Some("b")), stepping_down], "me");
         assert_eq!(surplus(&spread), [false, false, true]);
@@ -199,6 +214,33 @@ mod tests {
             surplus(&spread_of(&[led(Some("b")), led(Some("d")), taken], "me")),
             [false, true, false]
         );
+    }
+
+    #[test]
+    fn a_record_naming_me_that_a_dead_process_wrote_is_not_held() {
+        // Restarted without resuming: Lease 0 still names this identity in
+        // the record its previous process wrote (live until it expires);
+        // this process leads Lease 1.
+        let dead = other(Some("me"), Some("c"));
+        let spread = spread_of(&[dead, led(Some("c"))], "me");
+        // It holds one Lease, the one it leads: nothing to give up (the
+        // record of the dead process made it hand over the Lease it leads).
+        let held: Vec<usize> = spread.iter().map(|s| s.held_elsewhere).collect();
+        assert_eq!(held, [1, 0]);
+        assert_eq!(surplus(&spread), [false, false]);
+        // Leading nothing, it stands for a successor slot anywhere.
+        assert_eq!(
+            spread_of(&[dead, other(Some("b"), None)], "me"),
+            vec![Spread::default(); 2]
+        );
+        // Only the term it led itself, stepping down, still counts.
+        let stepping_down = Held {
+            own_record: true,
+            ..dead
+        };
+        let spread = spread_of(&[stepping_down, led(Some("c"))], "me");
+        assert_eq!(surplus(&spread), [false, true]);
+        assert_eq!(spread[0].held_elsewhere, 1);
     }
 
     #[test]

@@ -1863,3 +1863,106 @@ fn a_recorded_write_the_lease_still_shows_resumes_its_term_until_its_renew_deadl
         "a recreated Lease is not resumed"
     );
 }
+
+/// The first observation says what became of a resumed write — the term
+/// resumed, or why not — once, for the driver to log.
+#[test]
+fn the_first_observation_says_whether_a_resumed_write_was_taken_and_why_not() {
+    let mut old = Harness::new("a");
+    old.lead();
+    let recorded = old.election.resumable().expect("a write to resume");
+    let server = old.server.clone().expect("the stored Lease");
+    let uid = server.uid().unwrap().to_owned();
+    let term = old.election.snapshot(old.now(0.1).instant).term.unwrap();
+    let restarted = |lease: Option<Lease>, at: f64| {
+        let mut new = Harness::new("a");
+        new.t0 = old.t0;
+        new.election.resume(&recorded, new.now(1.0)).unwrap();
+        assert_eq!(
+            new.election.take_resumption(),
+            None,
+            "not before it is seen"
+        );
+        new.feed(Input::Observed(lease), at);
+        let said = new.election.take_resumption();
+        assert_eq!(new.election.take_resumption(), None, "said once");
+        new.feed(Input::Observed(new.server.clone()), at + 0.1);
+        assert_eq!(new.election.take_resumption(), None, "only the first");
+        said
+    };
+    assert_eq!(
+        restarted(Some(server.clone()), 1.0),
+        Some(Resumption::Resumed(term))
+    );
+    assert_eq!(
+        restarted(None, 1.0),
+        Some(Resumption::Dropped(Dropped::Deleted))
+    );
+    let mut object = server.object().clone();
+    object.metadata.uid = Some("another-uid".into());
+    assert_eq!(
+        restarted(Some(stored(object, 999)), 1.0),
+        Some(Resumption::Dropped(Dropped::Recreated))
+    );
+    let held_by_b = LeaseBuilder::held_by("b").uid(&uid).rv(999).build();
+    assert_eq!(
+        restarted(Some(held_by_b), 1.0),
+        Some(Resumption::Dropped(Dropped::OtherHolder(Some("b".into()))))
+    );
+    let renewed_since = LeaseBuilder::held_by("a")
+        .uid(&uid)
+        .renewed_at(1_900_000_000 * SECOND)
+        .rv(999)
+        .build();
+    assert_eq!(
+        restarted(Some(renewed_since), 1.0),
+        Some(Resumption::Dropped(Dropped::OtherRenewTime))
+    );
+    // Seen only after the write's renew deadline (sent at about 0 s).
+    assert_eq!(
+        restarted(Some(server.clone()), 10.5),
+        Some(Resumption::Dropped(Dropped::TooOld))
+    );
+    // The words the driver logs.
+    assert_eq!(
+        Dropped::OtherHolder(Some("b".into())).to_string(),
+        "the lease shows another holder (\"b\")"
+    );
+}
+
+/// What spreading counts as held: a record of this process's own (leading,
+/// or stepping down until the release), never one that merely names this
+/// identity — a previous process of this pod that died, its term not
+/// resumed.
+#[test]
+fn only_a_record_of_this_process_is_published_as_its_own() {
+    let mut restarted = Harness::new("a");
+    let dead = restarted.server_sets(
+        LeaseBuilder::held_by("a")
+            .renewed_at(1_800_000_000 * SECOND)
+            .annotation(crate::elector::lease::WRITER_ANNOTATION, "00000000000000dd"),
+    );
+    restarted.feed(Input::Observed(Some(dead)), 0.0);
+    let snapshot = restarted.snapshot(0.5);
+    assert_eq!(snapshot.holder.as_deref(), Some("a"), "names this identity");
+    assert!(!snapshot.leading && !snapshot.own_record);
+
+    let mut h = Harness::new("a");
+    let t = h.lead();
+    assert!(h.snapshot(t + 0.1).own_record);
+    h.feed(Input::Shutdown, t + 0.2);
+    let stepping_down = h.snapshot(t + 0.3);
+    assert!(
+        !stepping_down.leading && stepping_down.own_record,
+        "until its release"
+    );
+    let release = h.feed(
+        Input::Release {
+            timeout: Duration::from_secs(1),
+        },
+        t + 0.4,
+    );
+    let released = h.accept(&release[0]);
+    h.feed(Input::Written(Ok(released)), t + 0.5);
+    assert!(!h.snapshot(t + 0.6).own_record);
+}

@@ -138,9 +138,11 @@ impl Election {
         after_gap: bool,
         source: Source,
     ) {
-        if self.view.is_none() {
-            self.confirm_resumed(lease.as_ref());
-        }
+        let resumed = if self.view.is_none() {
+            self.confirm_resumed(lease.as_ref())
+        } else {
+            None
+        };
         if let Some(lease) = &lease {
             match source {
                 Source::Event if self.is_stale(lease) => return,
@@ -213,6 +215,9 @@ impl Election {
         });
         self.acquire_at = None;
         self.judge_ownership(now);
+        if let Some(shown) = resumed {
+            self.resumed_outcome(shown);
+        }
     }
 
     /// How a newly observed record stands (G7).

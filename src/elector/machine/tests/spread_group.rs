@@ -203,6 +203,7 @@ impl Group {
                     leading: s.leading,
                     holder: s.holder.as_deref(),
                     successor: s.successor.as_deref(),
+                    own_record: s.own_record,
                 })
                 .collect();
             let me = pod.elections[0].settings.identity.clone();
