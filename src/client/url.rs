@@ -115,6 +115,11 @@ impl GateUrl {
         if path.is_empty() { "/".into() } else { path }
     }
 
+    /// The host (a name or an address, without brackets) and the port.
+    pub fn host_port(&self) -> (&str, u16) {
+        (&self.host, self.port)
+    }
+
     /// `host:port`, for the `Host` header and messages.
     pub fn authority(&self) -> String {
         if self.host.contains(':') {

@@ -464,9 +464,19 @@ async fn sigkill_of_the_file_gate_removes_its_copy_at_once() {
         took.as_secs_f64() * 1000.0
     );
     assert!(took < Duration::from_millis(100), "removed after {took:?}");
+    // Then it tells the collector (which learns only from a reload).
+    let posts = pod.reloads.wait_count(3, SECOND).await;
+    let told = posts[2].at.saturating_duration_since(killed);
+    println!(
+        "MEASURE file-gate SIGKILL to the guard's reload: {:.1} ms",
+        told.as_secs_f64() * 1000.0
+    );
+    assert_eq!(posts[2].existed, [false], "after the removal: {posts:#?}");
     pod.gate.wait_exit(SECOND * 5).await.expect("killed");
     assert!(pod.sidecar.leader().await.is_some_and(|p| p.leading()));
     assert!(!pod.dst.exists());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(pod.reloads.count(), 3, "answered 2xx: sent once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -968,28 +978,30 @@ async fn a_file_gate_killed_while_leading_tells_its_collector_at_restart_before_
     let (n, _) = pod.dst(1, true, TIMING.lease).await;
     pod.reloads.wait_count(2, SECOND * 5).await;
 
-    // The gate alone is killed: its guard removes the copy, but the
-    // collector (which learns only from a reload) keeps what it loaded.
+    // The gate alone is killed: its guard removes the copy and reloads
+    // the collector (answered 2xx here), but the restarted gate cannot know
+    // that: whatever the guard did or not, it tells the collector again.
     pod.gate.signal(libc::SIGKILL);
     pod.gate.wait_exit(SECOND * 5).await.expect("killed");
     let (n, _) = pod.dst(n + 1, false, SECOND).await;
-    assert_eq!(pod.reloads.count(), 2, "nobody told the collector");
+    let posts = pod.reloads.wait_count(3, SECOND * 2).await;
+    assert_eq!(posts[2].existed, [false], "the guard's reload: {posts:#?}");
     // The sidecar drops the dead gate's stream at its next event.
     wait_subscribers(&pod.sidecar, 1).await;
 
     // Restarted while the collector refuses reloads for a while.
     pod.reloads.set_answer(500, Duration::ZERO);
     pod.gate = pod.spawn_gate("a-file-gate-2", &pod.reloads);
-    let posts = pod.reloads.wait_count(3, SECOND * 10).await;
+    let posts = pod.reloads.wait_count(4, SECOND * 10).await;
     assert_eq!(
-        posts[2].existed,
+        posts[3].existed,
         [false],
         "the first thing the restarted gate does is tell the collector that no copy is \
          there: {posts:#?}\n{}",
         pod.logs()
     );
     // Retried; until one is answered 2xx, it does not subscribe.
-    pod.reloads.wait_count(5, SECOND * 5).await;
+    pod.reloads.wait_count(6, SECOND * 5).await;
     assert_eq!(
         subscribers(&pod.sidecar).await,
         Some(1),
@@ -1012,5 +1024,5 @@ async fn a_file_gate_killed_while_leading_tells_its_collector_at_restart_before_
     );
     let last = posts.last().unwrap();
     assert!(last.existed == [true] && last.status == 200, "{posts:#?}");
-    assert!(posts[2..].iter().all(|p| p.at > posts[1].at));
+    assert!(posts[3..].iter().all(|p| p.at > posts[2].at));
 }

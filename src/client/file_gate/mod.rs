@@ -15,7 +15,7 @@
 //! then runs out — and at start-up, before anything else (a stale copy from
 //! a killed run), and on SIGTERM/SIGINT. If the gate itself is killed
 //! (SIGKILL, OOM), a [`death_guard`](crate::client::death_guard) removes the
-//! copies within milliseconds — unless the gate is its container's PID 1
+//! copies within milliseconds (and sends the reload) — unless the gate is its container's PID 1
 //! (then the kernel kills the guard with it, and the copy goes at the
 //! container's restart: run it under an init, or share the pod's process
 //! namespace). A removal that fails (say `EBUSY`, or a directory put at
@@ -42,13 +42,11 @@
 //! starting may refuse connections for longer, and a gate that never
 //! subscribed could never open. The reload is then retried in the
 //! background like any other, and no term is acknowledged before a 2xx
-//! answer covers it. (The death guard does not send the reload itself: it
-//! is a fork of a multi-threaded tokio process, so it may make only
-//! async-signal-safe calls, and an HTTP exchange with a timeout, retries and
-//! a status line to judge, on raw sockets with no allocation, is more than
-//! a guard that must never misfire should carry; the restart's reload is
-//! what tells the collector. The gap is the time until the kubelet restarts
-//! the gate.)
+//! answer covers it. If the gate is killed, its death guard sends the
+//! reload itself right after its unlinks (a few tries, until one is
+//! answered 2xx), so the collector drops the copy within milliseconds
+//! instead of at the gate's restart; the start-up reload is still sent, as
+//! the guard may have died with the gate or failed to reach the collector.
 //!
 //! `file-gate` is a registered gate ([`Feed::registered`]). With a reload
 //! URL it acknowledges a term (see [`closing`]) only once every copy of it
@@ -81,7 +79,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::backoff::Backoff;
-use crate::client::death_guard::{Guard, OnDeath};
+use crate::client::death_guard::{Guard, OnDeath, Post};
 use crate::client::feed::Feed;
 use crate::client::place::Place;
 use crate::client::url::GateUrl;
@@ -186,7 +184,10 @@ pub async fn run(options: FileGateOptions) {
     // this run subscribes (for a bounded time: see the module docs).
     // (A removal that fails here is tried again in the loop below.)
     gate.remove_all("stale copies from an earlier run");
-    let guard = guard(&gate.options.mappings);
+    let guard = guard(
+        &gate.options.mappings,
+        guard_post(gate.options.reload.as_ref()).await,
+    );
     let mut exiting = false;
     if reloader.enabled() {
         reloader.changed();
@@ -527,16 +528,40 @@ fn parent(path: &Path) -> &Path {
     }
 }
 
+/// The reload POST the death guard sends after its unlinks, ready to go:
+/// the URL's host resolved now (the guard cannot resolve it).
+async fn guard_post(reload: Option<&GateUrl>) -> Option<Post> {
+    let url = reload?;
+    let resolved = tokio::net::lookup_host(url.host_port()).await;
+    let Some(addr) = resolved.ok().and_then(|mut addrs| addrs.next()) else {
+        log(&format!(
+            "cannot resolve {}: if this process is killed, its guard removes the copies but cannot reload the collector",
+            url.authority()
+        ));
+        return None;
+    };
+    let request = format!(
+        "POST {} HTTP/1.1\r\nhost: {}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        url.path(""),
+        url.authority()
+    );
+    Some(Post {
+        addr,
+        request: request.into_bytes(),
+    })
+}
+
 /// A [`death_guard`](crate::client::death_guard) that unlinks every DST
-/// (and its temporary file) if this process is killed: a SIGKILLed or
-/// OOM-killed gate must not leave a copy behind while a peer may lead.
-fn guard(mappings: &[Mapping]) -> Option<Guard> {
+/// (and its temporary file) if this process is killed, then sends `post`
+/// (the reload): a SIGKILLed or OOM-killed gate must not leave a copy
+/// behind while a peer may lead, nor its collector unaware of it.
+fn guard(mappings: &[Mapping], post: Option<Post>) -> Option<Guard> {
     let paths: Vec<PathBuf> = mappings
         .iter()
         .flat_map(|m| [m.dst.clone(), m.temporary()])
         .collect();
     let paths: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-    match Guard::spawn(OnDeath::Unlink(&paths)) {
+    match Guard::spawn(OnDeath::Unlink(&paths, post)) {
         Ok(guard) => Some(guard),
         Err(error) => {
             log(&format!(
