@@ -15,8 +15,10 @@
 //! sidecar still holds is missed) and never ends. A gate that can tell when
 //! a term has really ended for it registers ([`Feed::registered`]) and
 //! acknowledges each such term ([`Feed::acknowledgement`]): the sidecar's
-//! graceful release then need not wait out its whole gate lag. Validity is kept on the
-//! boot clock, which counts through suspend.
+//! graceful release then need not wait out its whole gate lag. Only a 204
+//! from the sidecar counts as told; a gate registered as one that never
+//! acknowledges gets an error, never a pretended success. Validity is kept
+//! on the boot clock, which counts through suspend.
 
 use std::collections::VecDeque;
 use std::time::Duration;
