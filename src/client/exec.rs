@@ -15,7 +15,11 @@
 //! `exec` is a registered gate ([`Feed::registered`]): once a term's whole
 //! tree is reaped and the sidecar said the term stopped — or `exec` is
 //! exiting, so it starts nothing more — it acknowledges the term, and the
-//! sidecar's graceful release need not wait out its gate lag.
+//! sidecar's graceful release need not wait out its gate lag. "Whole" must
+//! be provable: when `exec` is neither a subreaper nor PID 1, or cannot
+//! list its children (/proc of another PID namespace), an orphan that left
+//! the group could outlive a tree that looks gone, so it registers as a
+//! gate that never acknowledges and every release waits the gate lag.
 //!
 //! "Its process group" is the whole tree of the term (see
 //! [`process_tree`]): orphans re-parent to `exec` (a subreaper, or PID 1)
@@ -107,10 +111,24 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
     let mut sigchld = signal(SignalKind::child()).expect("SIGCHLD handler");
     // Orphans of the child's processes re-parent here: reaped, and within
     // reach when the term ends. (PID 1 gets them anyway.)
-    if let Err(error) = process_tree::become_subreaper() {
-        log(&format!("cannot become a child subreaper: {error}"));
+    let subreaper = match process_tree::become_subreaper() {
+        Ok(()) => true,
+        Err(error) => {
+            log(&format!("cannot become a child subreaper: {error}"));
+            false
+        }
+    };
+    // Reaped is not gone unless every orphan comes back here and can be
+    // listed: otherwise this gate cannot prove a term's end, and registers
+    // as one that never acknowledges (the sidecar waits its gate lag).
+    let proves = (subreaper || process_tree::is_init()) && process_tree::sees_its_children();
+    if !proves {
+        log(
+            "cannot prove that a term's whole process tree is gone (not a subreaper, or /proc is not \
+             of this PID namespace): never acknowledging a term; the sidecar's release waits its gate lag",
+        );
     }
-    let mut feed = Feed::registered(options.url.clone(), "exec", true);
+    let mut feed = Feed::registered(options.url.clone(), "exec", proves);
     let mut running: Option<Running> = None;
     // A term whose tree is gone, to acknowledge once the sidecar says it
     // stopped (only a stop it ran out of here may come back).
@@ -288,8 +306,11 @@ fn resolve(program: &Path) -> Option<PathBuf> {
 }
 
 /// Tells the sidecar that `term` is over here (best-effort: without it the
-/// sidecar waits its gate lag).
+/// sidecar waits its gate lag); nothing when this gate cannot prove it.
 async fn acknowledge(feed: &Feed, term: &str) {
+    if !feed.acknowledges() {
+        return;
+    }
     match feed.acknowledgement(term.to_owned()).await {
         Ok(term) => log(&format!(
             "told the sidecar that nothing of term {term} runs here"

@@ -15,8 +15,10 @@
 //! sidecar still holds is missed) and never ends. A gate that can tell when
 //! a term has really ended for it registers ([`Feed::registered`]) and
 //! acknowledges each such term ([`Feed::acknowledgement`]): the sidecar's
-//! graceful release then need not wait out its whole gate lag. Validity is kept on the
-//! boot clock, which counts through suspend.
+//! graceful release then need not wait out its whole gate lag. Only a 204
+//! from the sidecar counts as told; a gate registered as one that never
+//! acknowledges gets an error, never a pretended success. Validity is kept
+//! on the boot clock, which counts through suspend.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -189,6 +191,12 @@ impl Feed {
         feed
     }
 
+    /// Whether this feed acknowledges terms: registered, and not as a gate
+    /// that never does.
+    pub fn acknowledges(&self) -> bool {
+        self.gate.is_some() && !self.silent
+    }
+
     /// The last term the sidecar said had stopped (a `stopped-leading`):
     /// it is over there and cannot come back, unlike one that only ran out
     /// here.
@@ -199,18 +207,26 @@ impl Feed {
     /// Tells the sidecar that nothing of `term` runs here and nothing will
     /// again, so its release need not wait out the gate lag for this gate.
     /// Best-effort: without it the sidecar waits its gate lag, as for any
-    /// gate that cannot say. Not registered: nothing to tell.
-    /// Resolves with the term once the sidecar counted it.
+    /// gate that cannot say. Not registered: nothing to tell. Registered as
+    /// a gate that never acknowledges: an error, never a claim that it told.
+    /// Resolves with the term once the sidecar counted it (a 204, nothing
+    /// else).
     pub fn acknowledgement(
         &self,
         term: String,
     ) -> impl Future<Output = Result<String, String>> + Send + 'static {
+        let silent = self.gate.is_some() && self.silent;
         let request = self.gate.as_ref().filter(|_| !self.silent).map(|gate| {
             let endpoint = format!("/gates/{gate}/closed?term={}", query_escape(&term));
             (self.url.clone(), self.url.of_lease(&endpoint))
         });
         async move {
             let Some((url, endpoint)) = request else {
+                if silent {
+                    return Err(format!(
+                        "not acknowledging term {term}: registered as a gate that never acknowledges"
+                    ));
+                }
                 return Ok(term);
             };
             match url.fetch(Method::POST, &endpoint, ACK_TIMEOUT).await {

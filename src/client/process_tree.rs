@@ -9,10 +9,16 @@
 //! - A term ends when the child is reaped, its process group is empty and
 //!   `exec` has no other child left: not before. A group once seen empty
 //!   is never signalled again (its id may then name another group).
+//! - That end is *proven* only if orphans come back to `exec` (a subreaper,
+//!   or PID 1) and `exec` can list its children ([`sees_its_children`]);
+//!   otherwise an orphan that left the group may outlive a tree reported
+//!   gone, and `exec` must not acknowledge the term (see [`exec`]).
 //! - PDEATHSIG reaches only the direct child. For its descendants, unless
 //!   `exec` is PID 1 (then the kernel kills the whole PID namespace with
 //!   it), a [`death_guard`](crate::client::death_guard) SIGKILLs the
 //!   group if `exec` dies without dismissing it.
+//!
+//! [`exec`]: crate::client::exec
 
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -51,19 +57,27 @@ pub fn reap_exited() -> Vec<(i32, i32)> {
     }
 }
 
-/// The pids whose parent is this process (from /proc; zombies included),
-/// without `except`.
-fn children(except: Option<i32>) -> Vec<i32> {
+/// Whether this process can list its own children: /proc is of its own PID
+/// namespace (say `unshare --pid` without `--mount-proc`, and /proc names
+/// other processes by these numbers: never signal those) and readable.
+/// Without it only the process group is within reach, and a tree's end
+/// cannot be proven.
+pub fn sees_its_children() -> bool {
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
-    // A /proc of another PID namespace (say `unshare --pid` without
-    // `--mount-proc`) names other processes by these numbers: never signal
-    // those. Then only the process group is within reach.
     let own_proc = std::fs::read_link("/proc/self")
         .is_ok_and(|link| link.as_os_str().to_str() == Some(me.to_string().as_str()));
-    if !own_proc {
+    own_proc && std::fs::read_dir("/proc").is_ok()
+}
+
+/// The pids whose parent is this process (from /proc; zombies included),
+/// without `except`; none when it [cannot see them](sees_its_children).
+fn children(except: Option<i32>) -> Vec<i32> {
+    if !sees_its_children() {
         return Vec::new();
     }
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };

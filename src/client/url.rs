@@ -138,6 +138,12 @@ impl GateUrl {
         if path.is_empty() { "/".into() } else { path }
     }
 
+    /// The host (a name or an address, without brackets) and the port
+    /// (of a TCP URL; a reload URL is never a socket).
+    pub fn host_port(&self) -> (&str, u16) {
+        (&self.host, self.port)
+    }
+
     /// `host:port`, for the `Host` header and messages (`localhost` on
     /// the gate socket).
     pub fn authority(&self) -> String {

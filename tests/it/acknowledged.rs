@@ -188,6 +188,69 @@ async fn a_sigterm_to_the_sidecar_releases_once_exec_reaped_the_tree() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_that_cannot_list_its_children_never_acknowledges_and_the_release_waits_the_gate_lag()
+ {
+    // exec as PID 1 of a PID namespace whose /proc is the host's: it cannot
+    // list the orphans of its tree, so a reaped child and an empty group
+    // prove nothing (something that left the group may still run).
+    if std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .status()
+        .map_or(true, |s| !s.success())
+    {
+        println!("SKIPPED: unshare --pid needs CAP_SYS_ADMIN");
+        return;
+    }
+    let pods = Pods::start("ack-exec-blind").await;
+    let log = ChildLog(pods.dir.join("children.log"));
+    let execs: Vec<GateClient> = NAMES
+        .iter()
+        .zip(&pods.sidecars)
+        .map(|(name, sidecar)| {
+            let url = format!("http://{}", sidecar.gate);
+            GateClient::spawn_under(
+                &["unshare", "--pid", "--fork", "--kill-child"],
+                &pods.dir,
+                &format!("exec-{name}"),
+                &[
+                    "exec", "--url", &url, "--grace", "2s", "--", "sh", "-c", COLLECTOR,
+                ],
+                &[("NAME", name), ("LOG", log.0.to_str().unwrap())],
+            )
+        })
+        .collect();
+    let old = log.wait_for(TIMING.lease * 3, |e| e.what == "start").await;
+    let l = NAMES.iter().position(|n| *n == old.name).unwrap();
+    assert_eq!(pods.leader().await, l);
+    tokio::time::sleep(TIMING.retry * 2).await;
+
+    let signalled = Instant::now();
+    pods.sidecars[l].signal(libc::SIGTERM);
+    let released = pods.release_of(NAMES[l]).await;
+    let stopped = log
+        .wait_for(SECOND * 5, |e| e.what == "stop" && e.pid == old.pid)
+        .await;
+    let stderr = execs[l].stderr();
+    println!(
+        "MEASURE exec that cannot list its children: released {:.3}s after SIGTERM (gate lag {GATE_LAG:?}); its child stopped at {:.3} (wall)",
+        (released - signalled).as_secs_f64(),
+        stopped.wall
+    );
+    assert!(
+        released - signalled >= GATE_LAG,
+        "released {:?} after SIGTERM, before the gate lag, on the word of an exec that cannot \
+         see its whole tree\n{stderr}\n{}",
+        released - signalled,
+        pods.sidecars[l].log()
+    );
+    assert!(
+        stderr.contains("cannot prove that a term's whole process tree is gone"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("told the sidecar"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exec_killed_without_acknowledging_holds_the_release_for_the_whole_gate_lag() {
     let (pods, mut execs, log, l, old) = exec_pods("ack-exec-dies").await;
     let p = 1 - l;

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::events::{EventClient, Received};
-use support::fake_apiserver::{FakeApiServer, Fault, FaultKind};
-use support::file_gate::{Change, FileGate, Reloads, Sampler, replace};
+use support::fake_apiserver::{FakeApiServer, Fault, FaultKind, Verb};
+use support::file_gate::{Change, FileGate, Post, Reloads, Sampler, replace};
 use support::sidecar::{Sidecar, Timing, test_dir};
 
 const LEASE: &str = "cluster-metrics";
@@ -190,6 +190,18 @@ async fn start(test: &str, names: &[&str], setup: Setup<'_>) -> (FakeApiServer, 
     (api, pods)
 }
 
+/// How many streams are open on the sidecar now, by its metrics.
+async fn subscribers(sidecar: &Sidecar) -> Option<usize> {
+    let probe = sidecar.admin_get("/metrics").await?;
+    probe
+        .body
+        .as_str()?
+        .lines()
+        .find_map(|l| l.strip_prefix("leader_gate_event_subscribers "))?
+        .parse()
+        .ok()
+}
+
 /// Waits until `n` streams are open on the sidecar (the test's and the gate's).
 async fn wait_subscribers(sidecar: &Sidecar, n: usize) {
     let line = format!("leader_gate_event_subscribers {n}");
@@ -266,9 +278,10 @@ fn assert_follows(what: &str, change: &Change, event: &Received) -> f64 {
     delay
 }
 
-/// One POST per change and no more, each a reload that came after its
-/// change: with the file present after an appearance (or an update), absent
-/// after a removal. (POSTs are sent in the background, so a test makes its
+/// One POST per change and no more (the first one the start-up reload,
+/// which tells the collector that no copy is there), each a reload that came
+/// after its change: with the file present after an appearance (or an
+/// update), absent after a removal. (POSTs are sent in the background, so a test makes its
 /// next change only once the POST for the last one arrived.)
 async fn assert_posts_follow(pod: &Pod, presence_after_each_change: &[bool]) {
     pod.reloads
@@ -309,7 +322,7 @@ async fn dst_exists_exactly_while_the_instance_leads_across_a_holder_edit_and_a_
     let started = pod.expect("started-leading", TIMING.lease * 2).await;
     let (n, appeared) = pod.dst(1, true, TIMING.lease).await;
     assert_follows("appeared", &appeared, &started);
-    pod.reloads.wait_count(1, SECOND * 5).await;
+    pod.reloads.wait_count(2, SECOND * 5).await;
     pod.renewals(3).await;
 
     api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
@@ -317,7 +330,7 @@ async fn dst_exists_exactly_while_the_instance_leads_across_a_holder_edit_and_a_
     assert_eq!(stopped.data["reason"], "lost-to-other-holder");
     let (n, gone) = pod.dst(n + 1, false, TIMING.lease).await;
     assert_follows("removed on a step-down", &gone, &stopped);
-    pod.reloads.wait_count(2, SECOND * 5).await;
+    pod.reloads.wait_count(3, SECOND * 5).await;
 
     // The ghost's lease runs out; this pod leads again.
     let again = pod.expect("started-leading", TIMING.lease * 3).await;
@@ -340,7 +353,7 @@ async fn dst_exists_exactly_while_the_instance_leads_across_a_holder_edit_and_a_
     );
     // A causal check of the whole history: no change before its event.
     assert!(gone.at < again.at && appeared.at < gone.at);
-    assert_posts_follow(pod, &[true, false, true]).await;
+    assert_posts_follow(pod, &[false, true, false, true]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,7 +372,7 @@ async fn a_reader_never_sees_a_partial_copy_across_src_changes_and_a_step_down()
 
     // SRC changes while leading (atomically, as a ConfigMap does); the copy
     // follows at the next renewal.
-    pod.reloads.wait_count(1, SECOND * 5).await;
+    pod.reloads.wait_count(2, SECOND * 5).await;
     let mut from = n;
     for (i, content) in [&new, &old, &new].into_iter().enumerate() {
         let changed_at = Instant::now();
@@ -376,7 +389,7 @@ async fn a_reader_never_sees_a_partial_copy_across_src_changes_and_a_step_down()
             TIMING.retry
         );
         from = n;
-        pod.reloads.wait_count(2 + i, SECOND * 5).await;
+        pod.reloads.wait_count(3 + i, SECOND * 5).await;
     }
     api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
     pod.expect("stopped-leading", SECOND * 2).await;
@@ -408,7 +421,7 @@ async fn a_reader_never_sees_a_partial_copy_across_src_changes_and_a_step_down()
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(left.is_empty(), "no temporary file left behind: {left:?}");
-    assert_posts_follow(pod, &[true, true, true, true, false]).await;
+    assert_posts_follow(pod, &[false, true, true, true, true, false]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -417,7 +430,7 @@ async fn sigterm_of_the_file_gate_removes_dst_then_exits_0() {
     let pod = &mut pods[0];
     pod.expect("started-leading", TIMING.lease * 2).await;
     let (n, appeared) = pod.dst(1, true, TIMING.lease).await;
-    pod.reloads.wait_count(1, SECOND * 5).await;
+    pod.reloads.wait_count(2, SECOND * 5).await;
     pod.gate.signal(libc::SIGTERM);
     let status = pod.gate.wait_exit(SECOND * 10).await;
     assert_eq!(
@@ -431,7 +444,7 @@ async fn sigterm_of_the_file_gate_removes_dst_then_exits_0() {
     let (_, gone) = pod.dst(n + 1, false, SECOND).await;
     assert!(pod.sidecar.leader().await.is_some_and(|p| p.leading()));
     assert!(gone.at > appeared.at);
-    assert_posts_follow(pod, &[true, false]).await;
+    assert_posts_follow(pod, &[false, true, false]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -451,9 +464,19 @@ async fn sigkill_of_the_file_gate_removes_its_copy_at_once() {
         took.as_secs_f64() * 1000.0
     );
     assert!(took < Duration::from_millis(100), "removed after {took:?}");
+    // Then it tells the collector (which learns only from a reload).
+    let posts = pod.reloads.wait_count(3, SECOND).await;
+    let told = posts[2].at.saturating_duration_since(killed);
+    println!(
+        "MEASURE file-gate SIGKILL to the guard's reload: {:.1} ms",
+        told.as_secs_f64() * 1000.0
+    );
+    assert_eq!(posts[2].existed, [false], "after the removal: {posts:#?}");
     pod.gate.wait_exit(SECOND * 5).await.expect("killed");
     assert!(pod.sidecar.leader().await.is_some_and(|p| p.leading()));
     assert!(!pod.dst.exists());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(pod.reloads.count(), 3, "answered 2xx: sent once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -474,9 +497,9 @@ async fn a_file_gate_restarted_after_its_container_was_killed_removes_the_stale_
     // Restart while still leading: removed at start-up, before anything
     // else, then rewritten once the stream says this pod still leads.
     pod.gate = pod.spawn_gate("a-file-gate-2", &pod.reloads);
-    let posts = pod.reloads.wait_count(3, SECOND * 10).await;
-    assert_eq!(posts[1].existed, [false], "removed first: {posts:#?}");
-    assert_eq!(posts[2].existed, [true], "then rewritten: {posts:#?}");
+    let posts = pod.reloads.wait_count(4, SECOND * 10).await;
+    assert_eq!(posts[2].existed, [false], "removed first: {posts:#?}");
+    assert_eq!(posts[3].existed, [true], "then rewritten: {posts:#?}");
     let log = pod.gate.log();
     let removed = log.find("stale copies from an earlier run: removed");
     let wrote = log.find("leading: wrote");
@@ -495,8 +518,8 @@ async fn a_file_gate_restarted_after_its_container_was_killed_removes_the_stale_
     let from = pod.sampler.count();
     let restarted_at = Instant::now();
     pod.gate = pod.spawn_gate("a-file-gate-3", &pod.reloads);
-    let posts = pod.reloads.wait_count(4, SECOND * 10).await;
-    assert_eq!(posts[3].existed, [false], "removed at start-up: {posts:#?}");
+    let posts = pod.reloads.wait_count(5, SECOND * 10).await;
+    assert_eq!(posts[4].existed, [false], "removed at start-up: {posts:#?}");
     let (n, removed) = pod.dst(from, false, SECOND * 2).await;
     println!(
         "MEASURE file-gate restart to stale copy removed: {:.1} ms",
@@ -506,10 +529,10 @@ async fn a_file_gate_restarted_after_its_container_was_killed_removes_the_stale_
     let again = pod.expect("started-leading", TIMING.lease * 3).await;
     let (_, back) = pod.dst(n + 1, true, TIMING.lease).await;
     assert_follows("appeared after the restart", &back, &again);
-    let posts = pod.reloads.wait_count(5, SECOND * 2).await;
-    assert_eq!(posts[4].existed, [true]);
+    let posts = pod.reloads.wait_count(6, SECOND * 2).await;
+    assert_eq!(posts[5].existed, [true]);
     pod.renewals(2).await;
-    assert_eq!(pod.reloads.count(), 5, "{:#?}", pod.reloads.posts());
+    assert_eq!(pod.reloads.count(), 6, "{:#?}", pod.reloads.posts());
 }
 
 /// Two pods; the leading sidecar is stopped by `signal`: its DST must be
@@ -524,7 +547,7 @@ async fn failover(test: &str, signal: i32, serve_args: &[&str]) -> (f64, f64) {
     let (x, _) = leader(&mut pods, TIMING.lease * 2).await;
     let y = 1 - x;
     let (n, _) = pods[x].dst(1, true, TIMING.lease).await;
-    pods[x].reloads.wait_count(1, SECOND * 5).await;
+    pods[x].reloads.wait_count(2, SECOND * 5).await;
     pods[x].renewals(2).await;
     assert!(!pods[y].dst.exists());
 
@@ -543,10 +566,10 @@ async fn failover(test: &str, signal: i32, serve_args: &[&str]) -> (f64, f64) {
         pods[x].logs()
     );
     assert!(removed.at < peer_copy.at, "never both copies at once");
-    pods[x].reloads.wait_count(2, SECOND * 2).await;
+    pods[x].reloads.wait_count(3, SECOND * 2).await;
     assert_eq!(pods[x].sampler.presence(), [false, true, false]);
     assert_eq!(pods[y].sampler.presence(), [false, true]);
-    assert_posts_follow(&pods[x], &[true, false]).await;
+    assert_posts_follow(&pods[x], &[false, true, false]).await;
     (to_removal, before_peer)
 }
 
@@ -571,7 +594,11 @@ async fn reload_url_is_posted_once_per_change_and_never_for_a_renewal() {
     pod.expect("started-leading", TIMING.lease * 2).await;
     pod.dst(1, true, TIMING.lease).await;
     pod.renewals(5).await;
-    assert_eq!(pod.reloads.count(), 1, "renewals change nothing");
+    assert_eq!(
+        pod.reloads.count(),
+        2,
+        "start-up, the copy; renewals change nothing"
+    );
 
     replace(&pod.src, b"- targets: ['elsewhere:9100']\n");
     pod.sampler
@@ -580,17 +607,17 @@ async fn reload_url_is_posted_once_per_change_and_never_for_a_renewal() {
         })
         .await;
     pod.renewals(3).await;
-    assert_eq!(pod.reloads.count(), 2, "one POST for the new content");
+    assert_eq!(pod.reloads.count(), 3, "one POST for the new content");
 
     api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
     pod.expect("stopped-leading", SECOND * 2).await;
     pod.dst(3, false, TIMING.lease).await;
-    pod.reloads.wait_count(3, SECOND * 2).await;
+    pod.reloads.wait_count(4, SECOND * 2).await;
     // Not leading, for the rest of the ghost's lease: nothing to say.
     tokio::time::sleep(TIMING.lease / 2).await;
     let changes = pod.sampler.count() - 1;
     assert_eq!(changes, 3, "{:?}", pod.sampler.summary());
-    assert_posts_follow(pod, &[true, true, false]).await;
+    assert_posts_follow(pod, &[false, true, true, false]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -605,14 +632,14 @@ async fn a_slow_reload_endpoint_does_not_delay_a_removal() {
     let pod = &mut pods[0];
     pod.expect("started-leading", TIMING.lease * 2).await;
     let (n, _) = pod.dst(1, true, TIMING.lease).await;
-    pod.reloads.wait_count(1, SECOND * 2).await;
+    pod.reloads.wait_count(2, SECOND * 2).await;
     // The POST is still unanswered when leadership ends.
     api.update_lease(LEASE, |l| l["spec"]["holderIdentity"] = json!("ghost"));
     let stopped = pod.expect("stopped-leading", SECOND * 2).await;
     let (_, gone) = pod.dst(n + 1, false, TIMING.lease * 2).await;
     assert_follows("removed while a reload POST hangs", &gone, &stopped);
-    pod.reloads.wait_count(2, TIMING.lease * 2).await;
-    assert_posts_follow(pod, &[true, false]).await;
+    pod.reloads.wait_count(3, TIMING.lease * 2).await;
+    assert_posts_follow(pod, &[false, true, false]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -621,7 +648,7 @@ async fn a_dst_deleted_by_someone_else_while_leading_is_restored() {
     let pod = &mut pods[0];
     pod.expect("started-leading", TIMING.lease * 2).await;
     let (n, _) = pod.dst(1, true, TIMING.lease).await;
-    pod.reloads.wait_count(1, SECOND * 5).await;
+    pod.reloads.wait_count(2, SECOND * 5).await;
     std::fs::remove_file(&pod.dst).unwrap();
     let deleted_at = Instant::now();
     let (n, _) = pod.dst(n + 1, false, SECOND).await;
@@ -636,7 +663,7 @@ async fn a_dst_deleted_by_someone_else_while_leading_is_restored() {
     );
     pod.renewals(2).await;
     // Our deletion was no change of the gate's; its restoration is one.
-    assert_posts_follow(pod, &[true, true]).await;
+    assert_posts_follow(pod, &[false, true, true]).await;
 }
 
 /// Waits until the file gate's log says `what`.
@@ -668,7 +695,7 @@ async fn a_write_stuck_on_the_disk_neither_delays_a_removal_nor_lands_after_it()
     let new = b"- targets: ['elsewhere:9100']\n".to_vec();
     pod.expect("started-leading", TIMING.lease * 2).await;
     let (n, _) = pod.dst(1, true, TIMING.lease).await;
-    pod.reloads.wait_count(1, SECOND * 5).await;
+    pod.reloads.wait_count(2, SECOND * 5).await;
 
     // The disk gets stuck, SRC changes: the next renewal's copy hangs in
     // its fsync.
@@ -690,7 +717,7 @@ async fn a_write_stuck_on_the_disk_neither_delays_a_removal_nor_lands_after_it()
         "the write was still stuck when DST was removed\n{}",
         pod.logs()
     );
-    pod.reloads.wait_count(2, SECOND * 5).await;
+    pod.reloads.wait_count(3, SECOND * 5).await;
 
     // The disk comes back while the ghost still holds the lease: the write
     // that began while leading is dropped, never renamed over the removal.
@@ -719,7 +746,7 @@ async fn a_write_stuck_on_the_disk_neither_delays_a_removal_nor_lands_after_it()
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left.len(), 1, "no temporary file left behind: {left:?}");
-    assert_posts_follow(pod, &[true, false, true]).await;
+    assert_posts_follow(pod, &[false, true, false, true]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -733,7 +760,7 @@ async fn sigterm_removes_dst_and_exits_while_a_write_is_stuck_on_the_disk() {
     let pod = &mut pods[0];
     pod.expect("started-leading", TIMING.lease * 2).await;
     let (n, _) = pod.dst(1, true, TIMING.lease).await;
-    pod.reloads.wait_count(1, SECOND * 5).await;
+    pod.reloads.wait_count(2, SECOND * 5).await;
     std::fs::write(&stall, b"").unwrap();
     replace(&pod.src, b"- targets: ['elsewhere:9100']\n");
     wait_log(pod, "test hook: fsync stalled", TIMING.retry * 3 + SECOND).await;
@@ -764,4 +791,238 @@ async fn sigterm_removes_dst_and_exits_while_a_write_is_stuck_on_the_disk() {
     );
     assert!(!pod.dst.exists());
     assert_eq!(pod.sampler.presence(), [false, true, false]);
+}
+
+/// Timings whose margin (3 s) holds a gate lag of seconds.
+const SLOW: Timing = Timing {
+    lease: Duration::from_secs(6),
+    renew_deadline: Duration::from_secs(3),
+    retry: Duration::from_secs(1),
+};
+const GATE_LAG: Duration = Duration::from_millis(2500);
+
+/// A graceful release, as the fake API server saw it.
+struct Release {
+    /// From the sidecar's SIGTERM to the write that cleared the holder.
+    after: Duration,
+    at: Instant,
+    /// The reload POSTs that came after the copy was loaded (the removal's
+    /// and its retries).
+    posts: Vec<Post>,
+    gate_log: String,
+}
+
+/// Pod `a` alone, leading: a sidecar with a gate lag of [`GATE_LAG`], and a
+/// file gate (with `env`) whose copy the collector loaded. `answer` then
+/// sets how the reload endpoint answers from now on, and the sidecar is
+/// SIGTERMed: its graceful release waits for the file gate's
+/// acknowledgement, or the gate lag.
+async fn release_with(
+    test: &str,
+    env: &[(&str, &std::path::Path)],
+    answer: impl FnOnce(&Reloads),
+) -> Release {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir(test);
+    let lag = format!("{}ms", GATE_LAG.as_millis());
+    let a = Sidecar::spawn_with(&api, &dir, "a", SLOW, &["--gate-lag", &lag]);
+    a.wait_serving().await;
+    a.wait_leading(SLOW.lease * 3).await;
+    let out = dir.join("conf.d");
+    std::fs::create_dir_all(&out).unwrap();
+    let (src, dst) = (dir.join("targets.yml"), out.join("targets.yml"));
+    std::fs::write(&src, "- targets: ['cluster-metrics:9100']\n").unwrap();
+    let reloads = Reloads::start_slow(&[&dst], Duration::ZERO).await;
+    let gate = FileGate::spawn_env(
+        &dir,
+        "file-gate",
+        a.gate,
+        &["--reload-url", &reloads.url(RELOAD_PATH)],
+        &[(&src, &dst)],
+        env,
+    );
+    // The start-up reload, then the copy's: the gate is registered and
+    // the collector loaded the copy.
+    let posts = reloads.wait_count(2, SECOND * 10).await;
+    assert_eq!(posts[1].existed, [true], "{posts:#?}\n{}", gate.log());
+    answer(&reloads);
+
+    let signalled = Instant::now();
+    a.signal(libc::SIGTERM);
+    let at = loop {
+        let release = api
+            .requests_of("a", Verb::Update)
+            .into_iter()
+            .find(|r| r.holder.is_none() && r.status == Some(200));
+        if let Some(release) = release {
+            break release.at;
+        }
+        assert!(
+            signalled.elapsed() < SLOW.lease * 2,
+            "never released\n{}",
+            a.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // Retries that come after the release count too.
+    tokio::time::sleep(SECOND).await;
+    let after = at.saturating_duration_since(signalled);
+    let gate_log = gate.log();
+    println!(
+        "MEASURE file-gate {test}: released {:.1} ms after SIGTERM (gate lag {GATE_LAG:?})",
+        after.as_secs_f64() * 1e3
+    );
+    println!("file gate log:\n{gate_log}\nsidecar log:\n{}", a.log());
+    Release {
+        after,
+        at,
+        posts: reloads.posts().split_off(2),
+        gate_log,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_answered_500_is_retried_and_the_release_waits_the_whole_gate_lag() {
+    // Prometheus answers 500 "failed to reload config" to a reload that
+    // failed: it still runs what it loaded.
+    let release = release_with("fg-reload-500", &[], |reloads| {
+        reloads.set_answer(500, Duration::ZERO)
+    })
+    .await;
+    assert!(
+        release.after >= GATE_LAG,
+        "released {:?} after SIGTERM, before the gate lag, on the word of a file gate whose \
+         collector refused every reload",
+        release.after
+    );
+    let posts = &release.posts;
+    assert!(posts.len() >= 3, "the failed reload is retried: {posts:#?}");
+    assert!(
+        posts
+            .iter()
+            .all(|p| p.existed == [false] && p.status == 500),
+        "every retry with the copy still removed: {posts:#?}"
+    );
+    assert!(release.gate_log.contains("answered 500"));
+    assert!(release.gate_log.contains("will retry in"));
+    assert!(
+        !release.gate_log.contains("told the sidecar that no copy"),
+        "{}",
+        release.gate_log
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_2xx_reload_after_the_removal_acknowledges_and_the_release_follows_it() {
+    // Three failed reloads, then the collector reloads.
+    let release = release_with("fg-reload-500-then-200", &[], |reloads| {
+        reloads.fail_next(3, 500)
+    })
+    .await;
+    let posts = &release.posts;
+    let statuses: Vec<u16> = posts.iter().map(|p| p.status).collect();
+    assert_eq!(
+        statuses,
+        [500, 500, 500, 200],
+        "retried until a 2xx, then no more"
+    );
+    assert!(posts.iter().all(|p| p.existed == [false]), "{posts:#?}");
+    // Causality: the release came after the 2xx reload arrived, and before
+    // the gate lag, so the acknowledgement did it.
+    assert!(
+        release.at > posts[3].at,
+        "released before the reload that answered 2xx arrived"
+    );
+    assert!(
+        release.after < GATE_LAG,
+        "released {:?} after SIGTERM: the acknowledgement did not end the gate lag",
+        release.after
+    );
+    assert!(
+        release.gate_log.contains("told the sidecar that no copy"),
+        "{}",
+        release.gate_log
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_answered_only_after_its_timeout_does_not_count() {
+    // The reload's timeout cut to 400 ms (a debug-build test hook); the
+    // collector answers 200, but only after 700 ms.
+    let timeout = std::path::Path::new("400");
+    let release = release_with(
+        "fg-reload-late",
+        &[("LEADER_GATE_TEST_RELOAD_TIMEOUT_MS", timeout)],
+        |reloads| reloads.set_answer(200, Duration::from_millis(700)),
+    )
+    .await;
+    assert!(
+        release.after >= GATE_LAG,
+        "released {:?} after SIGTERM: a reload answered after its timeout counted",
+        release.after
+    );
+    assert!(
+        release.posts.len() >= 2 && release.posts.iter().all(|p| p.existed == [false]),
+        "retried, the copy still removed: {:#?}",
+        release.posts
+    );
+    assert!(release.gate_log.contains("no answer within 400ms"));
+    assert!(!release.gate_log.contains("told the sidecar that no copy"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_gate_killed_while_leading_tells_its_collector_at_restart_before_it_subscribes() {
+    let (_api, mut pods) = start("fg-killed-reload", &["a"], Setup::default()).await;
+    let pod = &mut pods[0];
+    pod.expect("started-leading", TIMING.lease * 2).await;
+    let (n, _) = pod.dst(1, true, TIMING.lease).await;
+    pod.reloads.wait_count(2, SECOND * 5).await;
+
+    // The gate alone is killed: its guard removes the copy and reloads
+    // the collector (answered 2xx here), but the restarted gate cannot know
+    // that: whatever the guard did or not, it tells the collector again.
+    pod.gate.signal(libc::SIGKILL);
+    pod.gate.wait_exit(SECOND * 5).await.expect("killed");
+    let (n, _) = pod.dst(n + 1, false, SECOND).await;
+    let posts = pod.reloads.wait_count(3, SECOND * 2).await;
+    assert_eq!(posts[2].existed, [false], "the guard's reload: {posts:#?}");
+    // The sidecar drops the dead gate's stream at its next event.
+    wait_subscribers(&pod.sidecar, 1).await;
+
+    // Restarted while the collector refuses reloads for a while.
+    pod.reloads.set_answer(500, Duration::ZERO);
+    pod.gate = pod.spawn_gate("a-file-gate-2", &pod.reloads);
+    let posts = pod.reloads.wait_count(4, SECOND * 10).await;
+    assert_eq!(
+        posts[3].existed,
+        [false],
+        "the first thing the restarted gate does is tell the collector that no copy is \
+         there: {posts:#?}\n{}",
+        pod.logs()
+    );
+    // Retried; until one is answered 2xx, it does not subscribe.
+    pod.reloads.wait_count(6, SECOND * 5).await;
+    assert_eq!(
+        subscribers(&pod.sidecar).await,
+        Some(1),
+        "only the test's own stream while the start-up reload fails\n{}",
+        pod.logs()
+    );
+    let accepted = Instant::now();
+    pod.reloads.set_answer(200, Duration::ZERO);
+    wait_subscribers(&pod.sidecar, 2).await;
+    // Then it leads again: the copy is back, and loaded.
+    let (_, back) = pod.dst(n + 1, true, TIMING.lease).await;
+    assert!(back.at > accepted);
+    let posts = pod.reloads.posts();
+    let first_2xx = posts
+        .iter()
+        .position(|p| p.status == 200 && p.at > accepted);
+    assert!(
+        first_2xx.is_some_and(|i| posts[i].existed == [false]),
+        "the start-up reload answered 2xx with the copy absent: {posts:#?}"
+    );
+    let last = posts.last().unwrap();
+    assert!(last.existed == [true] && last.status == 200, "{posts:#?}");
+    assert!(posts[3..].iter().all(|p| p.at > posts[2].at));
 }

@@ -276,14 +276,29 @@ pub struct Post {
     pub path: String,
     /// Whether each watched file existed when the request arrived.
     pub existed: Vec<bool>,
+    /// When it arrived.
+    pub at: Instant,
+    /// The status it was (or is being) answered with.
+    pub status: u16,
+}
+
+/// How the reload server answers: `status` after `delay`; the next
+/// `failures` requests get `failure` instead.
+#[derive(Clone, Copy, Debug)]
+struct Answer {
+    status: u16,
+    delay: Duration,
+    failures: usize,
+    failure: u16,
 }
 
 /// A tiny HTTP server in place of a collector's reload endpoint: it records
 /// every request (and which watched files exist at that moment), and
-/// answers 200 after `delay`.
+/// answers 200 after `delay` — or as the test says since.
 pub struct Reloads {
     pub addr: SocketAddr,
     posts: Arc<Mutex<Vec<Post>>>,
+    answer: Arc<Mutex<Answer>>,
 }
 
 impl Reloads {
@@ -293,11 +308,18 @@ impl Reloads {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let posts: Arc<Mutex<Vec<Post>>> = Arc::default();
+        let answer = Arc::new(Mutex::new(Answer {
+            status: 200,
+            delay,
+            failures: 0,
+            failure: 500,
+        }));
         let watched: Vec<PathBuf> = watched.iter().map(|p| p.to_path_buf()).collect();
-        let recorded = posts.clone();
+        let (recorded, answers) = (posts.clone(), answer.clone());
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
-                let (recorded, watched) = (recorded.clone(), watched.clone());
+                let (recorded, watched, answers) =
+                    (recorded.clone(), watched.clone(), answers.clone());
                 tokio::spawn(async move {
                     let mut head = Vec::new();
                     let mut buf = [0u8; 1024];
@@ -308,25 +330,66 @@ impl Reloads {
                         }
                     }
                     let existed = watched.iter().map(|p| p.exists()).collect();
+                    let at = Instant::now();
                     let text = String::from_utf8_lossy(&head);
                     let mut first = text.split_whitespace();
                     let method = first.next().unwrap_or_default().to_owned();
                     let path = first.next().unwrap_or_default().to_owned();
+                    let (status, delay) = {
+                        let mut answer = answers.lock().unwrap();
+                        if answer.failures > 0 {
+                            answer.failures -= 1;
+                            (answer.failure, answer.delay)
+                        } else {
+                            (answer.status, answer.delay)
+                        }
+                    };
                     recorded.lock().unwrap().push(Post {
                         method,
                         path,
                         existed,
+                        at,
+                        status,
                     });
                     tokio::time::sleep(delay).await;
+                    let reason = if status / 100 == 2 { "OK" } else { "Failed" };
+                    let body = if status / 100 == 2 {
+                        ""
+                    } else {
+                        "failed to reload config"
+                    };
                     let _ = stream
                         .write_all(
-                            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                            format!(
+                                "HTTP/1.1 {status} {reason}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                                body.len()
+                            )
+                            .as_bytes(),
                         )
                         .await;
                 });
             }
         });
-        Reloads { addr, posts }
+        Reloads {
+            addr,
+            posts,
+            answer,
+        }
+    }
+
+    /// From now on, answer `status` after `delay`.
+    pub fn set_answer(&self, status: u16, delay: Duration) {
+        let mut answer = self.answer.lock().unwrap();
+        answer.status = status;
+        answer.delay = delay;
+    }
+
+    /// Answer the next `n` requests with `status` (a failed reload), then
+    /// as before.
+    pub fn fail_next(&self, n: usize, status: u16) {
+        let mut answer = self.answer.lock().unwrap();
+        answer.failures = n;
+        answer.failure = status;
     }
 
     pub fn url(&self, path: &str) -> String {

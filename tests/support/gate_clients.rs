@@ -35,8 +35,26 @@ impl GateClient {
     /// Starts `leader-gate ARGS…` with `env` added; stderr goes to
     /// `dir/<name>.err`.
     pub fn spawn(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> GateClient {
+        Self::spawn_under(&[], dir, name, args, env)
+    }
+
+    /// [`GateClient::spawn`] under `wrapper` (a command that runs the rest
+    /// of its arguments, e.g. `unshare --pid --fork`).
+    pub fn spawn_under(
+        wrapper: &[&str],
+        dir: &Path,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> GateClient {
         let stderr = dir.join(format!("{name}.err"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        let binary = env!("CARGO_BIN_EXE_leader-gate");
+        let (program, before) = match wrapper.split_first() {
+            Some((program, rest)) => (*program, [rest, &[binary]].concat()),
+            None => (binary, Vec::new()),
+        };
+        let mut child = Command::new(program)
+            .args(before)
             .args(args)
             .envs(env.iter().copied())
             .env_remove("LEADER_GATE_URL")

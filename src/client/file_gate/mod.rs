@@ -15,24 +15,57 @@
 //! then runs out — and at start-up, before anything else (a stale copy from
 //! a killed run), and on SIGTERM/SIGINT. If the gate itself is killed
 //! (SIGKILL, OOM), a [`death_guard`](crate::client::death_guard) removes the
-//! copies within milliseconds — unless the gate is its container's PID 1
+//! copies within milliseconds (and sends the reload) — unless the gate is its container's PID 1
 //! (then the kernel kills the guard with it, and the copy goes at the
 //! container's restart: run it under an init, or share the pod's process
-//! namespace). With `--reload-url` one HTTP POST
-//! follows every change, in order (Prometheus `/-/reload`, Fluent Bit,
-//! Vector); it is sent from a task of its own, so a collector slow to answer
-//! never delays a removal.
+//! namespace). A removal that fails (say `EBUSY`, or a directory put at
+//! DST) is not taken for done: it is said, tried again every second, and
+//! nothing is acknowledged meanwhile.
+//!
+//! With `--reload-url` an HTTP POST follows every change (Prometheus
+//! `/-/reload`, Fluent Bit, Vector), sent after it: changes are numbered, a
+//! POST covers every change made before it was sent, and changes made
+//! while a POST is in flight are covered by the next one. The POSTs go out
+//! from a task of their own, so a collector slow to answer never delays a
+//! removal. Only a **2xx** answer within the timeout (5 s, answer included)
+//! counts: a non-2xx answer, a refused connection or a reload that takes
+//! longer is a failure, said once per episode (with "will retry in …"),
+//! and retried with [`Backoff`] (200 ms doubling, at most 3 s apart) until
+//! one is answered 2xx, the copies staying removed meanwhile.
+//!
+//! At start-up, after removing stale copies and before subscribing, it
+//! always sends one reload, whether or not a copy was still there: a
+//! killed run, or its death guard, may have left the collector with a copy
+//! it loaded and was never told is gone. Subscribing waits for that reload
+//! to be answered 2xx — the gate should not open over a collector whose
+//! state it does not know — but for 10 s at most: a collector still
+//! starting may refuse connections for longer, and a gate that never
+//! subscribed could never open. The reload is then retried in the
+//! background like any other, and no term is acknowledged before a 2xx
+//! answer covers it. If the gate is killed, its death guard sends the
+//! reload itself right after its unlinks (a few tries, until one is
+//! answered 2xx), so the collector drops the copy within milliseconds
+//! instead of at the gate's restart; the start-up reload is still sent, as
+//! the guard may have died with the gate or failed to reach the collector.
 //!
 //! `file-gate` is a registered gate ([`Feed::registered`]). With a reload
-//! URL, once every copy of a term is removed, the reload after it answered,
-//! and the sidecar said the term stopped — or on SIGTERM, once the same is
-//! done — it acknowledges the term, so the sidecar's graceful release need
-//! not wait out its gate lag. Without one it never acknowledges: the
-//! collector finds a removal at its own reload period, which only the whole
-//! gate lag covers.
+//! URL it acknowledges a term (see [`closing`]) only once every copy of it
+//! is removed, a reload sent after that removal was answered 2xx, and the
+//! sidecar said the term stopped — so the sidecar's graceful release need
+//! not wait out its gate lag. Until then it says nothing, and the sidecar
+//! waits its gate lag, as for any gate that cannot say. On SIGTERM/SIGINT
+//! the same holds: it removes the copies, waits up to 10 s for a 2xx reload
+//! after the removal, acknowledges if one came, and exits either way.
+//! Without a reload URL it never acknowledges: the collector finds a
+//! removal at its own reload period, which only the whole gate lag covers.
+//!
+//! Test hook (debug builds only): `LEADER_GATE_TEST_RELOAD_TIMEOUT_MS`
+//! replaces the reload timeout, so tests can show that a late answer does
+//! not count.
 //!
 //! [`feed`]: crate::client::feed
 
+mod closing;
 mod writer;
 
 use std::fs::File;
@@ -42,17 +75,35 @@ use std::time::Duration;
 
 use hyper::Method;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::mpsc;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::client::death_guard::{Guard, OnDeath};
+use crate::backoff::Backoff;
+use crate::client::death_guard::{Guard, OnDeath, Post};
 use crate::client::feed::Feed;
 use crate::client::place::Place;
 use crate::client::url::GateUrl;
-use writer::{Changed, Disk, RealDisk, Reload, Writer};
+use closing::Closing;
+use writer::{Changed, Disk, RealDisk, Removal, Writer};
 
-/// How long a reload POST may take.
+/// How long a reload POST may take, answer included: one that takes longer
+/// failed, whatever it answers later.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Retrying a reload that failed: quick at first, never more than a few
+/// seconds apart (the collector is in the same pod).
+const RELOAD_RETRY: Backoff = Backoff {
+    first: Duration::from_millis(200),
+    max: Duration::from_secs(3),
+    jitter: 0.2,
+};
+/// How long the start-up reload may hold back the subscription (see the
+/// module docs).
+const STARTUP_RELOAD_WAIT: Duration = Duration::from_secs(10);
+/// How long shutting down waits for a 2xx reload after the removal before
+/// it exits without acknowledging.
+const SHUTDOWN_RELOAD_WAIT: Duration = Duration::from_secs(10);
+/// Retrying a removal that failed.
+const REMOVAL_RETRY: Duration = Duration::from_secs(1);
 /// How long shutting down waits for the writers (a write stuck on the disk
 /// is dropped anyway: its DST was removed first).
 const WRITER_FINISH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -125,68 +176,107 @@ pub async fn run(options: FileGateOptions) {
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let reloader = Reloader::start(options.reload.clone());
     let gate = Gate::new(options, reloader.handle());
+    let mut closing = Closing::default();
     // Before anything else: a copy left by a run that was killed is stale
-    // until proven otherwise. The collector hears of it (and answers)
-    // before this run even subscribes.
-    if gate.remove_all("stale copies from an earlier run")
-        && let Some(url) = &gate.options.reload
-    {
-        reload(url).await;
+    // until proven otherwise. Whether or not one was still here (its death
+    // guard may have removed it), the collector may hold what that run had
+    // it load: it is told in every case, and heard to answer 2xx before
+    // this run subscribes (for a bounded time: see the module docs).
+    // (A removal that fails here is tried again in the loop below.)
+    gate.remove_all("stale copies from an earlier run");
+    let guard = guard(
+        &gate.options.mappings,
+        guard_post(gate.options.reload.as_ref()).await,
+    );
+    let mut exiting = false;
+    if reloader.enabled() {
+        reloader.changed();
+        let startup = reloader.current();
+        tokio::select! {
+            told = tokio::time::timeout(STARTUP_RELOAD_WAIT, reloader.confirmed(startup)) => {
+                if told.is_err() {
+                    log(&format!(
+                        "the start-up reload was not answered 2xx within {STARTUP_RELOAD_WAIT:?}: \
+                         subscribing all the same, still retrying it (nothing is acknowledged until a reload answers 2xx)"
+                    ));
+                }
+            }
+            _ = term.recv() => exiting = true,
+            _ = int.recv() => exiting = true,
+        }
     }
-    let guard = guard(&gate.options.mappings);
     // Only with --reload-url can it tell when the collector was told of a
     // removal; without it the collector finds out at its own reload period,
     // which only the gate lag covers: it registers as a gate that never
     // acknowledges, so no other gate's word shortens that.
     let acknowledges = gate.options.reload.is_some();
     let mut feed = Feed::registered(gate.options.url.clone(), "file-gate", acknowledges);
-    // The term the copies were last written for, until its end is
-    // acknowledged: once they are removed, the collector told (its reload
-    // answered), and the sidecar said the term stopped.
-    let mut open_term: Option<String> = None;
-    loop {
+    let mut confirmed = reloader.confirmations();
+    while !exiting {
         // Writes go to the writer threads; a removal happens here and now.
-        if let Some(leading) = feed.leading() {
-            open_term = Some(leading.term.clone());
+        let removal_failed = if let Some(leading) = feed.leading() {
+            closing.leading(&leading.term);
             gate.write_all(feed.place());
+            false
         } else {
-            if gate.remove_all("leadership ended or cannot be confirmed") {
-                reloader.changed();
+            let removal = gate.remove_all("leadership ended or cannot be confirmed");
+            let failed = closing.settle(removal, &reloader);
+            if let Some(term) =
+                closing.acknowledgement(reloader.confirmed_now(), feed.stopped_term(), false)
+            {
+                // In a task of its own: a sidecar slow to answer must not
+                // keep this loop from the next term.
+                let ack = feed.acknowledgement(term.to_owned());
+                closing.acknowledged();
+                tokio::spawn(async move { log_acknowledged(ack.await) });
             }
-            if let Some(term) = open_term.take_if(|term| feed.stopped_term() == Some(term)) {
-                // In a task of its own: a collector slow to answer its
-                // reload must not keep this loop from the next term.
-                let (flushed, ack) = (reloader.flushed(), feed.acknowledgement(term));
-                tokio::spawn(async move {
-                    flushed.await;
-                    log_acknowledged(ack.await);
-                });
-            }
-        }
+            failed
+        };
         tokio::select! {
             signal = feed.next() => {
                 if let Some(line) = signal.log_line() {
                     log(&line);
                 }
             }
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            // A reload answered 2xx: perhaps the proof a term waited for.
+            _ = confirmed.changed() => {}
+            () = tokio::time::sleep(REMOVAL_RETRY), if removal_failed => {}
+            _ = term.recv() => exiting = true,
+            _ = int.recv() => exiting = true,
         }
     }
-    if gate.remove_all("shutting down") {
-        reloader.changed();
-    }
-    // Removed here: the guard has nothing left to do.
-    if let Some(guard) = guard {
+    let removal = gate.remove_all("shutting down");
+    let removal_failed = closing.settle(removal, &reloader);
+    // Removed here: the guard has nothing left to do — unless a removal
+    // failed: then it tries once more when this process exits.
+    if let Some(guard) = guard
+        && !removal_failed
+    {
         guard.dismiss();
     }
     gate.finish().await;
-    reloader.flushed().await;
-    // Nothing is copied, nor will be again by this process.
-    if let Some(term) = open_term {
-        log_acknowledged(feed.acknowledgement(term).await);
+    // Nothing is copied, nor will be again by this process: the open term
+    // is acknowledged once a reload after the removal answers 2xx.
+    if let Some(term) = closing.open().map(str::to_owned)
+        && acknowledges
+    {
+        let proven = confirmed.wait_for(|&n| closing.acknowledgement(n, None, true).is_some());
+        if removal_failed {
+            log(&format!(
+                "exiting without acknowledging term {term}: a copy could not be removed"
+            ));
+        } else if tokio::time::timeout(SHUTDOWN_RELOAD_WAIT, proven)
+            .await
+            .is_ok_and(|proven| proven.is_ok())
+        {
+            log_acknowledged(feed.acknowledgement(term).await);
+        } else {
+            log(&format!(
+                "exiting without acknowledging term {term}: no reload after the removal answered 2xx within {SHUTDOWN_RELOAD_WAIT:?} (the sidecar waits its gate lag)"
+            ));
+        }
     }
-    reloader.finish().await;
+    reloader.finish();
 }
 
 /// What an acknowledgement of a term's end did (best-effort: without it the
@@ -194,95 +284,171 @@ pub async fn run(options: FileGateOptions) {
 fn log_acknowledged(result: Result<String, String>) {
     match result {
         Ok(term) => log(&format!(
-            "told the sidecar that no copy of term {term} is left"
+            "told the sidecar that no copy of term {term} is left (removed, and a reload after it answered 2xx)"
         )),
         Err(why) => log(&why),
     }
 }
 
-/// Sends one reload POST per change, in order, in a task of its own: a
-/// collector that answers its reload slowly (Prometheus answers once the
-/// whole configuration is reloaded) must never hold up a removal.
+// === impl Closing (effects) ===
+
+impl Closing {
+    /// Records a removal of every DST: tells the collector (a change) if it
+    /// must hear of it; whether one failed.
+    fn settle(&mut self, removal: Removal, reloader: &Reloader) -> bool {
+        if removal == Removal::Failed {
+            self.removal_failed();
+            return true;
+        }
+        if self.needs_reload(removal == Removal::Removed) {
+            reloader.changed();
+        }
+        self.removed(reloader.current());
+        false
+    }
+}
+
+/// Sends reload POSTs in a task of its own, so that a collector slow to
+/// answer (Prometheus answers once the whole configuration is reloaded)
+/// never holds up a removal. It reloads whenever the change number is ahead
+/// of the highest one a 2xx answer covers, and retries a failed reload with
+/// backoff until one is answered 2xx (changes made meanwhile are covered by
+/// the next try).
 struct Reloader {
-    queue: Option<mpsc::UnboundedSender<Reload>>,
+    progress: Progress,
+    /// `None` without `--reload-url`: nothing is ever confirmed.
     worker: Option<JoinHandle<()>>,
+}
+
+#[derive(Clone)]
+struct Progress {
+    /// The change number (bumped by every change).
+    changes: Arc<watch::Sender<u64>>,
+    /// The highest change number a 2xx reload covers.
+    confirmed: Arc<watch::Sender<u64>>,
 }
 
 impl Reloader {
     fn start(url: Option<GateUrl>) -> Self {
-        let Some(url) = url else {
-            return Self {
-                queue: None,
-                worker: None,
-            };
+        let progress = Progress {
+            changes: Arc::new(watch::Sender::new(0)),
+            confirmed: Arc::new(watch::Sender::new(0)),
         };
-        let (queue, mut changes) = mpsc::unbounded_channel::<Reload>();
-        let worker = tokio::spawn(async move {
-            while let Some(next) = changes.recv().await {
-                match next {
-                    Reload::Changed => reload(&url).await,
-                    Reload::Flush(done) => {
-                        let _ = done.send(());
-                    }
-                    Reload::Finish => break,
-                }
-            }
-        });
-        Self {
-            queue: Some(queue),
-            worker: Some(worker),
-        }
+        let worker = url.map(|url| tokio::spawn(reload_until_confirmed(url, progress.clone())));
+        Self { progress, worker }
     }
 
-    /// Something changed: the collector is told once, after what came before.
+    fn enabled(&self) -> bool {
+        self.worker.is_some()
+    }
+
+    /// Something changed: the collector is told, after the change.
     fn changed(&self) {
         self.handle().changed();
     }
 
+    /// The current change number.
+    fn current(&self) -> u64 {
+        self.handle().current()
+    }
+
     /// For the writer threads, which say when they changed something.
     fn handle(&self) -> Changed {
-        Changed(self.queue.clone())
+        Changed(Some(self.progress.changes.clone()))
     }
 
-    /// Resolves once every reload queued so far was answered (or failed:
-    /// each is bounded), at once without `--reload-url`.
-    fn flushed(&self) -> impl Future<Output = ()> + Send + 'static {
-        let answered = self.queue.as_ref().and_then(|queue| {
-            let (done, answered) = tokio::sync::oneshot::channel();
-            queue.send(Reload::Flush(done)).is_ok().then_some(answered)
-        });
-        async move {
-            if let Some(answered) = answered {
-                let _ = answered.await;
-            }
-        }
+    /// The highest change number a 2xx reload covers (0 without a URL).
+    fn confirmed_now(&self) -> u64 {
+        *self.progress.confirmed.borrow()
     }
 
-    /// Sends what is queued, for a bounded time.
-    async fn finish(mut self) {
-        if let Some(queue) = self.queue.take() {
-            let _ = queue.send(Reload::Finish);
-        }
-        if let Some(worker) = self.worker.take()
-            && tokio::time::timeout(2 * RELOAD_TIMEOUT, worker)
-                .await
-                .is_err()
-        {
-            log("gave up on the reloads still queued");
+    /// Told of every new confirmation (never closed while `self` lives).
+    fn confirmations(&self) -> watch::Receiver<u64> {
+        self.progress.confirmed.subscribe()
+    }
+
+    /// Resolves once a 2xx reload covers change number `change`.
+    async fn confirmed(&self, change: u64) {
+        let mut confirmed = self.confirmations();
+        let _ = confirmed.wait_for(|&n| n >= change).await;
+    }
+
+    /// Stops retrying: the process exits.
+    fn finish(mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.abort();
         }
     }
 }
 
-async fn reload(url: &GateUrl) {
-    match url.fetch(Method::POST, "", RELOAD_TIMEOUT).await {
-        Ok((status, _)) if (200..300).contains(&status) => {}
-        Ok((status, body)) => log(&format!(
+/// The reloader's task: reload while the change number is ahead of what a
+/// 2xx answer covers; after a failure, again after a backoff.
+async fn reload_until_confirmed(url: GateUrl, progress: Progress) {
+    let timeout = reload_timeout();
+    let mut changes = progress.changes.subscribe();
+    let mut failures = 0u32;
+    let mut said: Option<String> = None;
+    loop {
+        let target = *changes.borrow_and_update();
+        if target <= *progress.confirmed.borrow() {
+            if changes.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        match reload(&url, timeout).await {
+            Ok(()) => {
+                if failures > 0 {
+                    log(&format!(
+                        "reload {} answered 2xx after {failures} failed attempt(s)",
+                        url.path("")
+                    ));
+                }
+                failures = 0;
+                said = None;
+                progress.confirmed.send_modify(|n| *n = (*n).max(target));
+            }
+            Err(why) => {
+                failures = failures.saturating_add(1);
+                let delay = RELOAD_RETRY.delay(failures, fastrand::f64());
+                // Said in full once per episode (and when the reason
+                // changes); every attempt counts in the line that ends it.
+                if said.as_ref() != Some(&why) {
+                    log(&format!(
+                        "{why}; will retry in {delay:.1?} (until a reload answers 2xx, the end of a term is not acknowledged)"
+                    ));
+                    said = Some(why);
+                }
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// One reload POST: `Ok` only for a 2xx answer within `timeout`.
+async fn reload(url: &GateUrl, timeout: Duration) -> Result<(), String> {
+    match url.fetch(Method::POST, "", timeout).await {
+        Ok((status, _)) if (200..300).contains(&status) => Ok(()),
+        Ok((status, body)) => Err(format!(
             "reload {} answered {status}: {}",
             url.path(""),
             String::from_utf8_lossy(&body).trim()
         )),
-        Err(error) => log(&format!("reload {} failed: {error}", url.path(""))),
+        Err(error) => Err(format!("reload {} failed: {error}", url.path(""))),
     }
+}
+
+/// [`RELOAD_TIMEOUT`], or in debug builds `LEADER_GATE_TEST_RELOAD_TIMEOUT_MS`
+/// (a test hook, absent from release builds).
+fn reload_timeout() -> Duration {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("LEADER_GATE_TEST_RELOAD_TIMEOUT_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+    {
+        return Duration::from_millis(ms);
+    }
+    RELOAD_TIMEOUT
 }
 
 struct Gate {
@@ -316,14 +482,19 @@ impl Gate {
         }
     }
 
-    /// Removes every DST now, without waiting for
-    /// a write in progress, which then never lands; whether one existed.
-    fn remove_all(&self, why: &str) -> bool {
-        let mut changed = false;
+    /// Removes every DST now, without waiting for a write in progress,
+    /// which then never lands: `Failed` if any removal failed, else
+    /// `Removed` if any DST existed, else `Absent`.
+    fn remove_all(&self, why: &str) -> Removal {
+        let mut outcome = Removal::Absent;
         for writer in &self.writers {
-            changed |= writer.remove(why);
+            match writer.remove(why) {
+                Removal::Failed => outcome = Removal::Failed,
+                Removal::Removed if outcome == Removal::Absent => outcome = Removal::Removed,
+                _ => {}
+            }
         }
-        changed
+        outcome
     }
 
     /// Lets the writers finish (a write they drop, a directory fsync),
@@ -357,16 +528,40 @@ fn parent(path: &Path) -> &Path {
     }
 }
 
+/// The reload POST the death guard sends after its unlinks, ready to go:
+/// the URL's host resolved now (the guard cannot resolve it).
+async fn guard_post(reload: Option<&GateUrl>) -> Option<Post> {
+    let url = reload?;
+    let resolved = tokio::net::lookup_host(url.host_port()).await;
+    let Some(addr) = resolved.ok().and_then(|mut addrs| addrs.next()) else {
+        log(&format!(
+            "cannot resolve {}: if this process is killed, its guard removes the copies but cannot reload the collector",
+            url.authority()
+        ));
+        return None;
+    };
+    let request = format!(
+        "POST {} HTTP/1.1\r\nhost: {}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        url.path(""),
+        url.authority()
+    );
+    Some(Post {
+        addr,
+        request: request.into_bytes(),
+    })
+}
+
 /// A [`death_guard`](crate::client::death_guard) that unlinks every DST
-/// (and its temporary file) if this process is killed: a SIGKILLed or
-/// OOM-killed gate must not leave a copy behind while a peer may lead.
-fn guard(mappings: &[Mapping]) -> Option<Guard> {
+/// (and its temporary file) if this process is killed, then sends `post`
+/// (the reload): a SIGKILLed or OOM-killed gate must not leave a copy
+/// behind while a peer may lead, nor its collector unaware of it.
+fn guard(mappings: &[Mapping], post: Option<Post>) -> Option<Guard> {
     let paths: Vec<PathBuf> = mappings
         .iter()
         .flat_map(|m| [m.dst.clone(), m.temporary()])
         .collect();
     let paths: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-    match Guard::spawn(OnDeath::Unlink(&paths)) {
+    match Guard::spawn(OnDeath::Unlink(&paths, post)) {
         Ok(guard) => Some(guard),
         Err(error) => {
             log(&format!(
@@ -413,21 +608,30 @@ mod tests {
         }
     }
 
-    fn changes() -> (Changed, mpsc::UnboundedReceiver<Reload>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (Changed(Some(tx)), rx)
+    /// Counts the changes the writers report.
+    struct Changes {
+        changed: Changed,
+        seen: u64,
     }
 
-    fn count(rx: &mut mpsc::UnboundedReceiver<Reload>) -> usize {
-        std::iter::from_fn(|| rx.try_recv().ok())
-            .filter(|r| matches!(r, Reload::Changed))
-            .count()
+    fn changes() -> (Changed, Changes) {
+        let changed = Changed(Some(Arc::new(watch::Sender::new(0))));
+        let seen = Changes {
+            changed: changed.clone(),
+            seen: 0,
+        };
+        (changed, seen)
     }
 
-    fn gate(
-        d: &Path,
-        disk: Option<Arc<dyn Disk>>,
-    ) -> (Gate, Mapping, mpsc::UnboundedReceiver<Reload>) {
+    /// The changes since the last count.
+    fn count(rx: &mut Changes) -> usize {
+        let now = rx.changed.current();
+        let new = now - rx.seen;
+        rx.seen = now;
+        new as usize
+    }
+
+    fn gate(d: &Path, disk: Option<Arc<dyn Disk>>) -> (Gate, Mapping, Changes) {
         let src = d.join("src.yml");
         std::fs::write(&src, "a: 1\n").unwrap();
         let mapping =
@@ -447,16 +651,12 @@ mod tests {
     }
 
     /// Writes, then waits until the writer is done; how many changes it made.
-    fn settle(gate: &Gate, rx: &mut mpsc::UnboundedReceiver<Reload>) -> usize {
+    fn settle(gate: &Gate, rx: &mut Changes) -> usize {
         settle_for(gate, rx, None)
     }
 
     /// The same, for the Lease at `place`.
-    fn settle_for(
-        gate: &Gate,
-        rx: &mut mpsc::UnboundedReceiver<Reload>,
-        place: Option<&Place>,
-    ) -> usize {
+    fn settle_for(gate: &Gate, rx: &mut Changes, place: Option<&Place>) -> usize {
         gate.write_all(place);
         gate.writers.iter().for_each(Writer::wait_idle);
         count(rx)
@@ -515,12 +715,30 @@ mod tests {
         assert_eq!(settle(&gate, &mut rx), 1, "an edited copy is restored");
         assert_eq!(std::fs::read_to_string(&mapping.dst).unwrap(), "a: 2\n");
         assert_eq!(settle(&gate, &mut rx), 0);
-        assert!(gate.remove_all("test"));
+        assert_eq!(gate.remove_all("test"), Removal::Removed);
         assert!(!mapping.dst.exists());
-        assert!(!gate.remove_all("test"), "nothing left to remove");
+        assert_eq!(
+            gate.remove_all("test"),
+            Removal::Absent,
+            "nothing left to remove"
+        );
         // Leading again: written again, as new.
         assert_eq!(settle(&gate, &mut rx), 1);
         assert_eq!(std::fs::read_to_string(&mapping.dst).unwrap(), "a: 2\n");
+    }
+
+    #[test]
+    fn a_removal_that_fails_is_reported_as_failed_not_as_nothing_to_remove() {
+        let d = dir("unremovable");
+        let (gate, mapping, mut rx) = gate(&d, None);
+        // Something at DST that unlink(2) cannot remove, even as root.
+        std::fs::create_dir(&mapping.dst).unwrap();
+        std::fs::write(mapping.dst.join("inside"), "x").unwrap();
+        assert_eq!(gate.remove_all("test"), Removal::Failed);
+        assert_eq!(gate.remove_all("test"), Removal::Failed, "still there");
+        std::fs::remove_dir_all(&mapping.dst).unwrap();
+        assert_eq!(gate.remove_all("test"), Removal::Absent);
+        assert_eq!(count(&mut rx), 0);
     }
 
     /// A disk whose fsync blocks while `stuck`, saying when one is blocked.
@@ -585,7 +803,11 @@ mod tests {
             gate
         });
         let removed = removed.recv_timeout(Duration::from_secs(5));
-        assert_eq!(removed, Ok(true), "the removal waited for the stuck fsync");
+        assert_eq!(
+            removed,
+            Ok(Removal::Removed),
+            "the removal waited for the stuck fsync"
+        );
         assert!(!mapping.dst.exists());
         assert!(
             disk.blocked.load(std::sync::atomic::Ordering::SeqCst),

@@ -10,6 +10,11 @@
 //! rename. So a write that began before a removal never lands after it: it
 //! is dropped (and its temporary file with it).
 //!
+//! A removal reports what it found ([`Removal`]): removed, nothing there,
+//! or *failed* — a copy that could not be unlinked may still be loaded, so
+//! it is never reported as "nothing to remove". Every change (a rename, a
+//! removal) bumps the change number the reloader follows ([`Changed`]).
+//!
 //! Test hook (debug builds only, absent from release builds): with
 //! `LEADER_GATE_TEST_STALL_FSYNC=PATH` in the environment, every fsync of a
 //! temporary file waits, after the real fsync, for as long as PATH exists —
@@ -22,33 +27,38 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
-use tokio::sync::mpsc;
-
 use super::{Mapping, log, parent, sync_dir};
 use crate::client::place::Place;
 
-/// Says "something changed" to the reloader; the writer says it while it
-/// still holds the fence, so the POSTs come in the order of the changes.
+/// Says "something changed" to the reloader: bumps the change number (see
+/// [`closing`](super::closing)). The writer says it while it still holds the
+/// fence, right after its rename, so a reload that reads the new number was
+/// sent after the change.
 #[derive(Clone, Default)]
-pub(super) struct Changed(pub(super) Option<mpsc::UnboundedSender<Reload>>);
-
-/// What the reloader's queue carries, in order.
-pub(super) enum Reload {
-    /// Something changed: one POST.
-    Changed,
-    /// Answered once every POST queued before it was answered (or failed).
-    Flush(tokio::sync::oneshot::Sender<()>),
-    /// No more: end (writer threads hold senders too, so the channel
-    /// closing cannot be the signal).
-    Finish,
-}
+pub(super) struct Changed(pub(super) Option<Arc<tokio::sync::watch::Sender<u64>>>);
 
 impl Changed {
     pub(super) fn changed(&self) {
-        if let Some(queue) = &self.0 {
-            let _ = queue.send(Reload::Changed);
+        if let Some(changes) = &self.0 {
+            changes.send_modify(|n| *n += 1);
         }
     }
+
+    /// The current change number (0 without a reloader).
+    pub(super) fn current(&self) -> u64 {
+        self.0.as_ref().map_or(0, |changes| *changes.borrow())
+    }
+}
+
+/// What [`Writer::remove`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Removal {
+    /// DST was there and is gone.
+    Removed,
+    /// Nothing was there.
+    Absent,
+    /// DST could not be removed: it may still be there.
+    Failed,
 }
 
 /// The fsync of a temporary file: the step a slow disk makes slow.
@@ -103,6 +113,8 @@ struct Shared {
     fence: Mutex<u64>,
     jobs: Mutex<Jobs>,
     wake: Condvar,
+    /// The last failed removal said, so a lasting one is said once.
+    failing_removal: Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -143,6 +155,7 @@ impl Writer {
             fence: Mutex::new(0),
             jobs: Mutex::default(),
             wake: Condvar::new(),
+            failing_removal: Mutex::default(),
         });
         let thread = {
             let shared = shared.clone();
@@ -166,9 +179,10 @@ impl Writer {
         self.shared.wake.notify_all();
     }
 
-    /// Removes DST now, whatever the writer is
-    /// doing; whether DST existed. No write asked for before lands after.
-    pub(super) fn remove(&self, why: &str) -> bool {
+    /// Removes DST now, whatever the writer is doing; what it found. No
+    /// write asked for before lands after. A removal that failed is said
+    /// once until it succeeds (the caller retries it).
+    pub(super) fn remove(&self, why: &str) -> Removal {
         let dst = &self.shared.mapping.dst;
         let removed = {
             let mut generation = lock(&self.shared.fence);
@@ -177,18 +191,32 @@ impl Writer {
             // drops it once it finds itself stale.
             std::fs::remove_file(dst)
         };
+        let mut failing = lock(&self.shared.failing_removal);
         match removed {
             Ok(()) => {
                 log(&format!("{why}: removed {}", dst.display()));
+                *failing = None;
                 let mut jobs = lock(&self.shared.jobs);
                 jobs.sync_dir = true;
                 self.shared.wake.notify_all();
-                true
+                Removal::Removed
             }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                if failing.take().is_some() {
+                    log(&format!("{} is gone", dst.display()));
+                }
+                Removal::Absent
+            }
             Err(error) => {
-                log(&format!("cannot remove {}: {error}", dst.display()));
-                false
+                let complaint = format!(
+                    "cannot remove {}: {error}; trying again (no acknowledgement until it is gone)",
+                    dst.display()
+                );
+                if failing.as_ref() != Some(&complaint) {
+                    log(&complaint);
+                    *failing = Some(complaint);
+                }
+                Removal::Failed
             }
         }
     }
