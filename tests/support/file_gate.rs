@@ -285,7 +285,7 @@ pub struct Post {
 /// How the reload server answers: `status` after `delay`; the next
 /// `failures` requests get `failure` instead.
 #[derive(Clone, Copy, Debug)]
-struct Answer {
+struct Policy {
     status: u16,
     delay: Duration,
     failures: usize,
@@ -298,7 +298,7 @@ struct Answer {
 pub struct Reloads {
     pub addr: SocketAddr,
     posts: Arc<Mutex<Vec<Post>>>,
-    answer: Arc<Mutex<Answer>>,
+    answer: Arc<Mutex<Policy>>,
 }
 
 impl Reloads {
@@ -308,7 +308,7 @@ impl Reloads {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let posts: Arc<Mutex<Vec<Post>>> = Arc::default();
-        let answer = Arc::new(Mutex::new(Answer {
+        let answer = Arc::new(Mutex::new(Policy {
             status: 200,
             delay,
             failures: 0,
@@ -488,16 +488,28 @@ impl Reloads {
                     let mut first = text.split_whitespace();
                     let method = first.next().unwrap_or_default().to_owned();
                     let path = first.next().unwrap_or_default().to_owned();
-                    let n = {
+                    let at = Instant::now();
+                    let answer = {
                         let mut recorded = recorded.lock().unwrap();
+                        let answer = script[recorded.len().min(script.len() - 1)].clone();
+                        let status = match &answer {
+                            Answer::Ok(_) => 200,
+                            Answer::Status(line, _) => line
+                                .split(' ')
+                                .next()
+                                .and_then(|s| s.parse().ok())
+                                .unwrap_or(0),
+                            Answer::Hang => 0,
+                        };
                         recorded.push(Post {
                             method,
                             path,
                             existed,
+                            at,
+                            status,
                         });
-                        recorded.len()
+                        answer
                     };
-                    let answer = script[(n - 1).min(script.len() - 1)].clone();
                     let response = match answer {
                         Answer::Ok(delay) => {
                             tokio::time::sleep(delay).await;
@@ -522,6 +534,17 @@ impl Reloads {
                 });
             }
         });
-        Reloads { addr, posts }
+        // The script decides; set_answer and fail_next do not apply.
+        let answer = Arc::new(Mutex::new(Policy {
+            status: 200,
+            delay: Duration::ZERO,
+            failures: 0,
+            failure: 500,
+        }));
+        Reloads {
+            addr,
+            posts,
+            answer,
+        }
     }
 }
