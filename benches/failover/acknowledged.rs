@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::program::{DEFAULTS, LEASE, NAMESPACE};
-use crate::support::fake_apiserver::{FakeApiServer, Verb};
+use crate::support::fake_apiserver::FakeApiServer;
 use crate::support::file_gate::FileGate;
 use crate::support::gate_clients::{COLLECTOR, ChildLog, GateClient, spawn_exec, wall_now};
 use crate::support::sidecar::{Sidecar, test_dir};
@@ -139,18 +139,7 @@ pub async fn file_gate(rounds: usize, status: u16) -> Vec<Duration> {
         tokio::time::sleep(DEFAULTS.retry).await;
         let signalled = Instant::now();
         sidecar.signal(libc::SIGTERM);
-        let deadline = signalled + DEFAULTS.lease * 2;
-        let released = loop {
-            let release = api
-                .requests_of("a", Verb::Update)
-                .into_iter()
-                .find(|r| r.holder.is_none() && r.status == Some(200));
-            if let Some(release) = release {
-                break release.at;
-            }
-            assert!(Instant::now() < deadline, "never released");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        };
+        let released = api.release_of("a", DEFAULTS.lease * 2).await;
         out.push(released.saturating_duration_since(signalled));
     }
     out

@@ -70,19 +70,7 @@ impl Pods {
 
     /// When `name`'s release (a write that clears the holder) was received.
     async fn release_of(&self, name: &str) -> Instant {
-        let deadline = Instant::now() + TIMING.lease * 2;
-        loop {
-            let release = self
-                .api
-                .requests_of(name, Verb::Update)
-                .into_iter()
-                .find(|r| r.holder.is_none() && r.status == Some(200));
-            if let Some(release) = release {
-                return release.at;
-            }
-            assert!(Instant::now() < deadline, "{name} never released");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        self.api.release_of(name, TIMING.lease * 2).await
     }
 }
 

@@ -40,22 +40,6 @@ fn curl(socket: &Path, method: &str, path: &str) -> (u16, String) {
     (status.trim().parse().unwrap_or(0), body.to_owned())
 }
 
-/// When `name`'s release (a write that clears the holder) was received.
-async fn release_of(api: &FakeApiServer, name: &str, within: Duration) -> Instant {
-    let deadline = Instant::now() + within;
-    loop {
-        let release = api
-            .requests_of(name, Verb::Update)
-            .into_iter()
-            .find(|r| r.holder.is_none() && r.status == Some(200));
-        if let Some(release) = release {
-            return release.at;
-        }
-        assert!(Instant::now() < deadline, "{name} never released");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 fn socket_in(dir: &Path) -> PathBuf {
     let run = dir.join("run");
     std::fs::create_dir_all(&run).unwrap();
@@ -129,7 +113,7 @@ async fn with_a_gate_socket_only_the_socket_registers_and_acknowledges_and_reads
     let path = format!("/gates/x/closed?term={}", term.replace('/', "%2F"));
     let (status, body) = curl(&socket, "POST", &path);
     assert_eq!(status, 204, "{body}");
-    let released = release_of(&api, "a", TIMING.lease * 2).await;
+    let released = api.release_of("a", TIMING.lease * 2).await;
     let after = released.saturating_duration_since(signalled);
     println!(
         "gate socket: acknowledged over the socket {:?} after SIGTERM, released {after:?} after it",
@@ -188,7 +172,7 @@ async fn a_pod_on_the_nodes_network_without_a_socket_refuses_gates_and_names_the
     a.signal(libc::SIGTERM);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(a.acknowledge("x", &term).await, 403);
-    let released = release_of(&api, "a", TIMING.lease * 2).await;
+    let released = api.release_of("a", TIMING.lease * 2).await;
     assert!(
         released.saturating_duration_since(signalled) >= GATE_LAG,
         "released before the gate lag"
@@ -225,7 +209,7 @@ async fn exec_on_the_gate_socket_runs_its_child_and_its_acknowledgement_releases
     let signalled = Instant::now();
     a.signal(libc::SIGTERM);
     let stopped = log.wait_for(SECOND * 10, |e| e.what == "stop").await;
-    let released = release_of(&api, "a", TIMING.lease * 2).await;
+    let released = api.release_of("a", TIMING.lease * 2).await;
     let after = released.saturating_duration_since(signalled);
     println!("gate socket: exec's child stopped, released {after:?} after SIGTERM");
     assert!(

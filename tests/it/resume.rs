@@ -261,22 +261,6 @@ async fn a_state_directory_that_hangs_stalls_neither_the_renews_nor_the_listener
     );
 }
 
-/// When `name`'s release (a write that clears the holder) was stored.
-async fn released_by(api: &FakeApiServer, name: &str, within: Duration) -> Instant {
-    let deadline = Instant::now() + within;
-    loop {
-        let release = api
-            .requests_of(name, Verb::Update)
-            .into_iter()
-            .find(|r| r.holder.is_none() && r.status == Some(200));
-        if let Some(release) = release {
-            return release.at;
-        }
-        assert!(Instant::now() < deadline, "{name} never released");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Gates `x` and `y` are registered for `a`'s term; `a`'s sidecar is
 /// SIGKILLed and restarted in its pod, and resumes the term. `y` has not
 /// come back (its stream dropped, its collector may still run): the
@@ -331,7 +315,7 @@ async fn a_resumed_term_waits_its_whole_gate_lag_for_the_gates_registered_before
     a.signal(libc::SIGTERM);
     assert_eq!(x.stopped_term(Duration::from_secs(5)).await, term);
     assert_eq!(a.acknowledge("x", &term).await, 204);
-    let released = released_by(&api, "a", TIMING.lease * 2).await;
+    let released = api.release_of("a", TIMING.lease * 2).await;
     let after = released.saturating_duration_since(signalled);
     let log = a.log();
     assert!(

@@ -1039,6 +1039,23 @@ impl FakeApiServer {
         self.inner().lock().log.clone()
     }
 
+    /// When `client`'s release (an update that clears the holder, stored)
+    /// arrived; panics if none arrives within `within`.
+    pub async fn release_of(&self, client: &str, within: Duration) -> Instant {
+        let deadline = Instant::now() + within;
+        loop {
+            let release = self
+                .requests_of(client, Verb::Update)
+                .into_iter()
+                .find(|r| r.holder.is_none() && r.status == Some(200));
+            if let Some(release) = release {
+                return release.at;
+            }
+            assert!(Instant::now() < deadline, "{client} never released");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     /// The requests of `client` with `verb`, on any resource, in arrival order.
     pub fn requests_of(&self, client: &str, verb: Verb) -> Vec<RequestRecord> {
         self.inner()
