@@ -1,4 +1,5 @@
-//! What the sidecar writes to its log: never a credential, at any level.
+//! What the sidecar writes to its log: never a credential, at any level;
+//! a stop that was asked for at INFO, one that was forced at WARN.
 
 use crate::support;
 
@@ -6,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::fake_apiserver::FakeApiServer;
-use support::sidecar::{get, test_dir};
+use support::sidecar::{Sidecar, Timing, get, test_dir};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_log_line_carries_the_bearer_token_even_at_trace_level() {
@@ -97,4 +98,46 @@ async fn no_log_line_carries_the_bearer_token_even_at_trace_level() {
             "the token was logged: {line}"
         );
     }
+}
+
+/// The level of the log line `message` of the JSON log `log`.
+fn level_of(log: &str, message: &str) -> Option<String> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|v| v["fields"]["message"] == message)
+        .and_then(|v| v["level"].as_str().map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_is_logged_at_info_and_a_lost_lease_at_warn() {
+    let api = FakeApiServer::start("collectors", "cluster-metrics").await;
+    let dir = test_dir("logging-stop-levels");
+    let json = ["--log-format", "json"];
+    // Lost: another holder written into the Lease.
+    let a = Sidecar::spawn_with(&api, &dir, "a", Timing::FAST, &json);
+    a.wait_serving().await;
+    a.wait_leading(Timing::FAST.lease * 3).await;
+    api.update_lease("cluster-metrics", |l| {
+        l["spec"]["holderIdentity"] = serde_json::json!("ghost");
+    });
+    a.wait_for(Duration::from_secs(5), |p| !p.leading()).await;
+    assert_eq!(
+        level_of(&a.log(), "stopped leading").as_deref(),
+        Some("WARN"),
+        "{}",
+        a.log()
+    );
+    // Asked for: SIGTERM of a leader.
+    let api = FakeApiServer::start("collectors", "cluster-metrics").await;
+    let mut b = Sidecar::spawn_with(&api, &dir, "b", Timing::FAST, &json);
+    b.wait_serving().await;
+    b.wait_leading(Timing::FAST.lease * 3).await;
+    b.signal(libc::SIGTERM);
+    b.wait_exit(Duration::from_secs(10)).await.expect("exited");
+    assert_eq!(
+        level_of(&b.log(), "stopped leading").as_deref(),
+        Some("INFO"),
+        "{}",
+        b.log()
+    );
 }

@@ -343,6 +343,18 @@ fn bound_addresses(log: &Path, name: &str) -> (SocketAddr, SocketAddr) {
             let admin = field(line, "admin=").expect("admin address in the listening line");
             return (gate, admin);
         }
+        // `--log-format json`.
+        let json = whole
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["fields"]["message"] == "listening");
+        if let Some(line) = json {
+            let addr = |key: &str| line["fields"][key].as_str()?.parse().ok();
+            return (
+                addr("gate").expect("gate address in the listening line"),
+                addr("admin").expect("admin address in the listening line"),
+            );
+        }
         std::thread::sleep(Duration::from_millis(2));
     }
     panic!("{name} never logged its listening addresses");

@@ -829,8 +829,18 @@ fn log_transition(before: &Snapshot, after: &Snapshot, identity: &str) {
     }
     if before.leading && !after.leading {
         let term = before.term.as_ref().map(ToString::to_string);
+        // A stop that was asked for (a shutdown, a hand-over, a rebalance)
+        // is routine; one the Lease or the API server forced is a warning.
+        let graceful = matches!(
+            after.last_stop,
+            Some(StopReason::Shutdown | StopReason::HandoverRequested | StopReason::Rebalance)
+        );
         let reason = after.last_stop.map(|r| r.as_str());
-        tracing::warn!(identity, term, reason, "stopped leading");
+        if graceful {
+            tracing::info!(identity, term, reason, "stopped leading");
+        } else {
+            tracing::warn!(identity, term, reason, "stopped leading");
+        }
     }
     if before.holder != after.holder && !after.leading {
         tracing::info!(holder = after.holder.as_deref(), "observed leader changed");
