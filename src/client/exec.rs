@@ -133,6 +133,7 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
     // A term whose tree is gone, to acknowledge once the sidecar says it
     // stopped (only a stop it ran out of here may come back).
     let mut unacknowledged: Option<String> = None;
+    let mut said_waiting = false;
     loop {
         if let Some(run) = &mut running {
             run.tree.reap();
@@ -198,7 +199,12 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
             None => {
                 if let Some(term) = valid_term {
                     unacknowledged = None;
+                    said_waiting = false;
                     running = Some(start(&options.command, term, feed.place())?);
+                } else if !said_waiting {
+                    // Once per wait: a follower's exec is otherwise silent.
+                    log("not leading: the child starts when this pod leads");
+                    said_waiting = true;
                 }
             }
             Some(_) => {}

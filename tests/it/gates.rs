@@ -860,3 +860,34 @@ async fn wait_exits_1_on_timeout_as_a_follower_and_0_once_its_sidecar_leads() {
         "the follower was seen following while wait waited"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_exec_says_once_that_it_waits_and_starts_nothing() {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("exec-says-it-waits");
+    // Another holder, live for a minute: this pod follows.
+    api.create_lease(support::fake_apiserver::lease_object(
+        LEASE,
+        Some("ghost"),
+        60,
+    ));
+    let b = Sidecar::spawn(&api, &dir, "b", Timing::FAST);
+    b.wait_serving().await;
+    let log = ChildLog(dir.join("children.log"));
+    let exec = spawn_exec(&dir, "b", &format!("http://{}", b.gate), &log.0, COLLECTOR);
+    let waiting = "not leading: the child starts when this pod leads";
+    let deadline = Instant::now() + SECOND * 5;
+    while !exec.stderr().contains(waiting) {
+        assert!(Instant::now() < deadline, "never said: {}", exec.stderr());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Renewals of the other holder and keep-alives come and go: said once.
+    tokio::time::sleep(SECOND * 3).await;
+    assert_eq!(
+        exec.stderr().matches(waiting).count(),
+        1,
+        "{}",
+        exec.stderr()
+    );
+    assert!(log.entries().is_empty(), "a follower started its child");
+}
