@@ -77,6 +77,11 @@ fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some("serve") {
         return run_sidecar();
     }
+    // `demo watch …`, `demo exec …`: the clients the closing hints name,
+    // from this build (no second build of leader-gate to try them).
+    if matches!(std::env::args().nth(1).as_deref(), Some("watch" | "exec")) {
+        return run_client();
+    }
     // A bug is still one line and exit 1, never a backtrace and 101.
     std::panic::set_hook(Box::new(|info| {
         let message = info
@@ -132,6 +137,50 @@ fn run_sidecar() -> ExitCode {
             eprintln!("leader-gate: cannot start a tokio runtime: {error}");
             ExitCode::from(leader_gate::exit::OSERR)
         }
+    }
+}
+
+/// `demo watch …` and `demo exec …`: exactly `leader-gate watch|exec …`.
+fn run_client() -> ExitCode {
+    use clap::Parser;
+    use leader_gate::client::{exec, watch};
+    use leader_gate::config::{Cli, Command, ExecArgs, WatchArgs};
+    let cli =
+        Cli::parse_from(std::iter::once("leader-gate".to_owned()).chain(std::env::args().skip(1)));
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("leader-gate: cannot start a tokio runtime: {error}");
+            return ExitCode::from(leader_gate::exit::OSERR);
+        }
+    };
+    match cli.command {
+        Command::Watch(WatchArgs { client, json }) => {
+            let _closed = runtime.block_on(watch::run(client.gate(), json, std::io::stdout()));
+            ExitCode::SUCCESS
+        }
+        Command::Exec(ExecArgs {
+            client,
+            grace,
+            command,
+        }) => {
+            let options = exec::ExecOptions {
+                url: client.gate(),
+                grace,
+                command,
+            };
+            match runtime.block_on(exec::run(options)) {
+                Ok(code) => ExitCode::from(code),
+                Err(error) => {
+                    eprintln!("leader-gate exec: {error}");
+                    ExitCode::from(error.exit_code())
+                }
+            }
+        }
+        _ => unreachable!("only watch and exec are run this way"),
     }
 }
 
@@ -637,9 +686,14 @@ fn print_next_steps(pods: &[Pod], leader: usize) {
         "  curl -s http://{}/metrics | grep leader_gate_",
         first.admin
     );
-    println!("  cargo run --release -- watch --url http://{}", first.gate);
+    // This very build runs the clients too (`demo watch`, `demo exec`).
+    let this = std::env::current_exe().map_or_else(
+        |_| "target/release/examples/demo".to_owned(),
+        |p| p.display().to_string(),
+    );
+    println!("  {this} watch --url http://{}", first.gate);
     println!(
-        "  cargo run --release -- exec --url http://{} -- sh -c 'echo leading as $LEADER_GATE_TERM; sleep 1000'",
+        "  {this} exec --url http://{} -- sh -c 'echo leading as $LEADER_GATE_TERM; sleep 1000'",
         first.gate
     );
     let leading = &pods[leader];

@@ -2,6 +2,8 @@
 //! naming the flag and the rule, before any I/O (G8): one line for a rule
 //! broken, clap's lines each on its own for a flag clap refused.
 
+use crate::support;
+
 use std::process::Command;
 
 fn run(args: &[&str]) -> (Option<i32>, String) {
@@ -582,4 +584,38 @@ fn assert_the_demo_explains_itself(stdout: &str) {
         kill.contains(&format!("# SIGTERM {leader}, the leader now")),
         "the leader is {leader}: {kill}"
     );
+    // The clients it suggests run from the build it already made.
+    let watch = after
+        .lines()
+        .find(|l| l.contains(" watch --url "))
+        .expect("a watch line");
+    let program = watch.split_whitespace().next().expect("a program");
+    assert!(
+        std::path::Path::new(program).is_file() && !watch.contains("cargo "),
+        "{watch}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demos_watch_hint_runs_the_client_from_the_demo_build() {
+    let api = support::fake_apiserver::FakeApiServer::start("collectors", "demo").await;
+    let dir = support::sidecar::test_dir("demo-watch-hint");
+    let a = support::sidecar::Sidecar::spawn(&api, &dir, "a", support::sidecar::Timing::FAST);
+    a.wait_serving().await;
+    a.wait_leading(support::sidecar::Timing::FAST.lease * 3)
+        .await;
+    let mut watch = tokio::process::Command::new(demo_binary())
+        .args(["watch", "--url", &format!("http://{}", a.gate)])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run demo watch");
+    let mut out = tokio::io::BufReader::new(watch.stdout.take().unwrap());
+    let mut line = String::new();
+    use tokio::io::AsyncBufReadExt;
+    tokio::time::timeout(std::time::Duration::from_secs(10), out.read_line(&mut line))
+        .await
+        .expect("a line within 10 s")
+        .unwrap();
+    assert!(line.contains("leading"), "{line}");
 }
