@@ -10,7 +10,10 @@
 //! - 128 + signal: a second signal during shutdown exits at once
 //!
 //! The clients add their own: `status` 0/1/2, `wait` 0/1, `exec` the
-//! child's status (127 for a command that cannot be found).
+//! child's status (127 for a command that cannot be found), `handover` 0
+//! when the candidate asked for holds the Lease, 1 when it does not (another
+//! candidate or nobody does, or it could not be asked for), and 64 also for
+//! a `--to` refused before anything was written (no pod of that name).
 
 pub const USAGE: u8 = 64;
 pub const SOFTWARE: u8 = 70;

@@ -9,6 +9,14 @@
 //! once; if it never does, the other candidates fall back a retry period
 //! later (DESIGN "Named successor"). Kubeconfig as `serve` finds it.
 //!
+//! It tells the truth about the outcome: exit 0 only when the candidate
+//! asked for holds the Lease; 1 when another one (or nobody) does, naming
+//! who. Before writing anything it refuses (exit 64) a `--to` it can tell
+//! is no candidate: the Lease keeps no list of candidates — it records only
+//! the holder and the named successor — so the check is a `get` of the pod
+//! of that name in the Lease's namespace. Without `get` on pods (a 403) it
+//! cannot tell, says so at debug level, and asks anyway.
+//!
 //! Every request is bounded by `--timeout`. Without `list` or `watch` on the
 //! Lease the wait reads it every 2 s instead, after saying why at once.
 
@@ -17,6 +25,8 @@ use std::time::Duration;
 
 use clap::Args;
 use futures::StreamExt;
+use futures::future::BoxFuture;
+use kube::api::{Api, ApiResource, DynamicObject};
 use tokio::time::{Instant, timeout_at};
 
 use crate::config::{is_dns1123_subdomain, parse_duration, resolve_namespace};
@@ -33,6 +43,10 @@ const ATTEMPTS: u32 = 5;
 /// How often the Lease is read when it cannot be watched: the candidates'
 /// default retry period.
 const READ_EVERY: Duration = Duration::from_secs(2);
+/// Exit status when the hand-over was not seen done: the candidate asked
+/// for does not hold the Lease (another one or nobody does), or it could
+/// not be asked for at all.
+pub const NOT_HANDED_OVER: u8 = 1;
 
 #[derive(Debug, Args)]
 pub struct HandoverArgs {
@@ -45,6 +59,8 @@ pub struct HandoverArgs {
     pub lease_namespace: Option<String>,
 
     /// The candidate to hand over to [default: the successor the Lease names].
+    /// Refused (exit 64, nothing written) when no pod of that name exists in
+    /// the Lease's namespace, where pods may be read.
     #[arg(long)]
     pub to: Option<String>,
 
@@ -63,8 +79,29 @@ struct Failure {
 
 fn fail(message: impl Into<String>) -> Failure {
     Failure {
-        code: 1,
+        code: NOT_HANDED_OVER,
         message: message.into(),
+    }
+}
+
+/// Whether a pod exists, as far as this user may know.
+trait Pods {
+    /// GETs the pod `name` of the Lease's namespace: `Ok(false)` for a 404.
+    fn exists(&self, name: &str) -> BoxFuture<'static, Result<bool, ApiError>>;
+}
+
+/// [`Pods`] through the Lease's client.
+struct KubePods(Api<DynamicObject>);
+
+impl Pods for KubePods {
+    fn exists(&self, name: &str) -> BoxFuture<'static, Result<bool, ApiError>> {
+        let (api, name) = (self.0.clone(), name.to_owned());
+        Box::pin(async move {
+            api.get_opt(&name)
+                .await
+                .map(|pod| pod.is_some())
+                .map_err(ApiError::from_kube)
+        })
     }
 }
 
@@ -79,6 +116,19 @@ pub async fn run(args: HandoverArgs) -> ExitCode {
             ExitCode::from(failure.code)
         }
     }
+}
+
+/// What the hand-over is about, as the command line and kubeconfig gave it.
+struct Request<'a> {
+    /// `namespace/name`, for messages.
+    lease: String,
+    namespace: String,
+    /// The namespace came from `--lease-namespace` (or its variable), not
+    /// from the kubeconfig context.
+    namespace_given: bool,
+    to: Option<&'a str>,
+    deadline: Instant,
+    limit: Duration,
 }
 
 async fn hand_over(args: HandoverArgs) -> Result<String, Failure> {
@@ -111,19 +161,30 @@ async fn hand_over(args: HandoverArgs) -> Result<String, Failure> {
             code: exit::CONFIG,
             message: format!("cannot build a Kubernetes client: {error}"),
         })?;
-    let lease = format!("{namespace}/{}", args.lease_name);
-    let deadline = Instant::now() + args.timeout;
-    let (holder, term, target) =
-        match ask(&store, &lease, args.to.as_deref(), deadline, args.timeout).await? {
-            Asked::Written {
-                holder,
-                term,
-                target,
-            } => (holder, term, target),
-            Asked::AlreadyDone(line) => return Ok(line),
-        };
+    let pods = KubePods(Api::namespaced_with(
+        store.client(),
+        &namespace,
+        &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+    ));
+    let request = Request {
+        lease: format!("{namespace}/{}", args.lease_name),
+        namespace,
+        namespace_given: args.lease_namespace.is_some(),
+        to: args.to.as_deref(),
+        deadline: Instant::now() + args.timeout,
+        limit: args.timeout,
+    };
+    let lease = &request.lease;
+    let (holder, term, target) = match ask(&store, &pods, &request).await? {
+        Asked::Written {
+            holder,
+            term,
+            target,
+        } => (holder, term, target),
+        Asked::AlreadyDone(line) => return Ok(line),
+    };
     eprintln!("leader-gate handover: asked {holder} to hand lease {lease} over to {target}");
-    wait_for_new_holder(&store, &lease, &term, &target, deadline, args.timeout).await
+    wait_for_new_holder(&store, &request, &holder, &term, &target).await
 }
 
 /// What asking for the hand-over came to.
@@ -139,17 +200,23 @@ enum Asked {
 }
 
 /// Writes the request with a CAS PUT of the Lease as read, every request
-/// within `deadline`. A 409 is retried from a fresh read, but only for the
+/// within the deadline, after checking a `--to` other than the named
+/// successor ([`vet`]). A 409 is retried from a fresh read, but only for the
 /// holder and the target of the first read: if the Lease changed hands
 /// meanwhile, another hand-over (or a failover) happened, and asking the new
 /// holder is not what was asked for.
 async fn ask(
     store: &impl LeaseStore,
-    lease: &str,
-    to: Option<&str>,
-    deadline: Instant,
-    limit: Duration,
+    pods: &impl Pods,
+    request: &Request<'_>,
 ) -> Result<Asked, Failure> {
+    let Request {
+        lease,
+        deadline,
+        limit,
+        ..
+    } = request;
+    let deadline = *deadline;
     let no_answer = |what: &str| {
         fail(format!(
             "no answer from the API server within --timeout {limit:?} ({what} lease {lease})"
@@ -163,11 +230,7 @@ async fn ask(
             .await
             .map_err(|_| no_answer("reading"))?
             .map_err(|error| fail(format!("cannot read lease {lease}: {error}")))?
-            .ok_or_else(|| {
-                fail(format!(
-                    "lease {lease} does not exist: nobody to hand over from"
-                ))
-            })?;
+            .ok_or_else(|| fail(missing(request)))?;
         let record = current.record();
         let holder = record
             .holder
@@ -194,17 +257,25 @@ async fn ask(
         };
         let target = match &first {
             Some((_, _, target)) => target.clone(),
-            None => match to.map(str::to_owned).or_else(|| successor_of(&current)) {
-                Some(target) if target == holder => {
-                    return Err(fail(format!("{holder} already holds lease {lease}")));
+            None => {
+                let named = successor_of(&current);
+                let target = match request.to.map(str::to_owned).or_else(|| named.clone()) {
+                    Some(target) if target == holder => {
+                        return Err(fail(format!("{holder} already holds lease {lease}")));
+                    }
+                    Some(target) => target,
+                    None => {
+                        return Err(fail(format!(
+                            "no successor is named in lease {lease} yet: name a candidate with --to"
+                        )));
+                    }
+                };
+                // The named successor claimed its slot itself: a candidate.
+                if named.as_deref() != Some(target.as_str()) {
+                    vet(pods, request, &target, &holder, named.as_deref()).await?;
                 }
-                Some(target) => target,
-                None => {
-                    return Err(fail(format!(
-                        "no successor is named in lease {lease} yet: name a candidate with --to"
-                    )));
-                }
-            },
+                target
+            }
         };
         first.get_or_insert_with(|| (holder.clone(), current.term_id(), target.clone()));
         let mut object = current.object().clone();
@@ -228,21 +299,117 @@ async fn ask(
     }
 }
 
+/// The Lease is missing: in the kubeconfig context's namespace, perhaps
+/// only because it lives in another.
+fn missing(request: &Request<'_>) -> String {
+    let Request {
+        lease, namespace, ..
+    } = request;
+    if request.namespace_given {
+        format!("lease {lease} does not exist: nobody to hand over from")
+    } else {
+        format!(
+            "lease {lease} does not exist: nobody to hand over from ({namespace} is the kubeconfig context's namespace; if the lease is in another, name it with --lease-namespace)"
+        )
+    }
+}
+
+/// Refuses, before anything is written, a `--to` that names no pod of the
+/// Lease's namespace (exit 64). Only a 404 refuses: the Lease itself lists
+/// no candidates, and without `get` on pods (403), for a name that cannot
+/// be a pod's, or when the API server fails the request, it cannot tell and
+/// lets the hand-over go on (the outcome is still checked).
+async fn vet(
+    pods: &impl Pods,
+    request: &Request<'_>,
+    to: &str,
+    holder: &str,
+    named: Option<&str>,
+) -> Result<(), Failure> {
+    let Request {
+        lease,
+        namespace,
+        deadline,
+        limit,
+        ..
+    } = request;
+    if !is_dns1123_subdomain(to) {
+        tracing::debug!(
+            to,
+            "not a pod name: cannot check that such a candidate runs"
+        );
+        return Ok(());
+    }
+    let answer = timeout_at(*deadline, pods.exists(to)).await.map_err(|_| {
+        fail(format!(
+            "no answer from the API server within --timeout {limit:?} (looking up pod {namespace}/{to}); nothing was written"
+        ))
+    })?;
+    match answer {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            let instead = match named {
+                Some(named) if named != holder => {
+                    format!("; the successor the lease names is {named} (run without --to)")
+                }
+                _ => String::new(),
+            };
+            Err(Failure {
+                code: exit::USAGE,
+                message: format!(
+                    "invalid --to: no pod {to} in namespace {namespace}, where lease {lease} is \
+                     (a typo, or a pod of another namespace?), so it cannot take the lease over; \
+                     nothing was written and {holder} keeps leading{instead}"
+                ),
+            })
+        }
+        Err(error) => {
+            tracing::debug!(
+                %error, pod = to, namespace = %namespace,
+                "cannot tell whether the pod exists: asking for the hand-over anyway"
+            );
+            Ok(())
+        }
+    }
+}
+
 /// Waits until a holder of a term after `term` is seen, on the watch or —
 /// when the Lease cannot be watched (no `list` or `watch` granted, a proxy
 /// that breaks watches) — by reading it every [`READ_EVERY`]. Says the first
 /// watch error at once, and who replaced this request if another one did.
+/// Only `target` holding the Lease is success; anything else fails, saying
+/// who holds it now.
 async fn wait_for_new_holder(
     store: &impl LeaseStore,
-    lease: &str,
+    request: &Request<'_>,
+    holder: &str,
     term: &TermId,
     target: &str,
-    deadline: Instant,
-    limit: Duration,
 ) -> Result<String, Failure> {
-    let timed_out = || {
+    let Request {
+        lease,
+        deadline,
+        limit,
+        ..
+    } = request;
+    let deadline = *deadline;
+    // The Lease as last seen (`None` inside: deleted), for the timeout's message.
+    let mut last: Option<Option<Lease>> = None;
+    let timed_out = |last: &Option<Option<Lease>>| {
+        let now = match last {
+            Some(None) => "the lease was deleted".to_owned(),
+            Some(Some(seen)) if seen.is_marked_released() => {
+                format!("nobody holds it ({holder} released it)")
+            }
+            Some(Some(seen)) => match seen.record().holder {
+                Some(h) if h == holder => format!("{holder} still holds it"),
+                Some(h) => format!("{h} holds it"),
+                None => "nobody holds it".to_owned(),
+            },
+            None => format!("{holder} held it when asked"),
+        };
         fail(format!(
-            "no new holder of lease {lease} within {limit:?} (the request stays in the lease until the next acquisition)"
+            "no new holder of lease {lease} within {limit:?}: {now}; {target} did not take over (the request stays in the lease until the next acquisition)"
         ))
     };
     let mut watch = Some(store.watch());
@@ -252,7 +419,7 @@ async fn wait_for_new_holder(
     loop {
         let current = match &mut watch {
             Some(stream) => match timeout_at(deadline, stream.next()).await {
-                Err(_) | Ok(None) => return Err(timed_out()),
+                Err(_) | Ok(None) => return Err(timed_out(&last)),
                 Ok(Some(Ok(current))) => current,
                 Ok(Some(Err(error))) => {
                     eprintln!(
@@ -263,7 +430,7 @@ async fn wait_for_new_holder(
                 }
             },
             None => match timeout_at(deadline, store.get()).await {
-                Err(_) => return Err(timed_out()),
+                Err(_) => return Err(timed_out(&last)),
                 Ok(Ok(current)) => current,
                 Ok(Err(error)) => {
                     if !std::mem::replace(&mut read_failed, true) {
@@ -275,7 +442,7 @@ async fn wait_for_new_holder(
                         .await
                         .is_err()
                     {
-                        return Err(timed_out());
+                        return Err(timed_out(&last));
                     }
                     continue;
                 }
@@ -287,24 +454,49 @@ async fn wait_for_new_holder(
         if let Some(current) = &current
             && let Some(new) = new_holder(current, term)
         {
-            return Ok(match replaced_by {
-                _ if new == target => format!("{new} holds lease {lease}"),
-                Some(other) => format!(
-                    "{new} holds lease {lease} (another hand-over request, to {other}, replaced this one)"
-                ),
-                None => format!(
-                    "{new} holds lease {lease} ({target} did not take over; the fallback did)"
-                ),
-            });
+            return outcome(lease, holder, target, &new, replaced_by.as_deref());
         }
+        last = Some(current);
         if watch.is_none()
             && timeout_at(deadline, tokio::time::sleep(READ_EVERY))
                 .await
                 .is_err()
         {
-            return Err(timed_out());
+            return Err(timed_out(&last));
         }
     }
+}
+
+/// The hand-over of `lease` from `holder` to `target` ended with `new`
+/// holding it: done only if `new` is `target`.
+fn outcome(
+    lease: &str,
+    holder: &str,
+    target: &str,
+    new: &str,
+    replaced_by: Option<&str>,
+) -> Result<String, Failure> {
+    if new == target {
+        return Ok(format!("{new} holds lease {lease}"));
+    }
+    let why = format!(
+        "{target} is not a running candidate of this lease, or could not take it \
+         (stopped, its collector unhealthy, or leading another lease of its group)"
+    );
+    Err(fail(match replaced_by {
+        Some(other) => format!(
+            "{new} holds lease {lease}, not {target} (another hand-over request, to {other}, replaced this one)"
+        ),
+        None if new == holder => format!(
+            "{target} did not take over lease {lease}: {holder} holds it again \
+             (the fallback, after the group had no leader for a retry period or more), \
+             so leadership did not move; {why}"
+        ),
+        None => format!(
+            "{target} did not take over lease {lease}: {new} holds it now \
+             (the fallback, after the group had no leader for a retry period or more); {why}"
+        ),
+    }))
 }
 
 /// Another hand-over's target, if `lease` (still of `term`) asks for or
@@ -398,9 +590,160 @@ mod tests {
         )
     }
 
-    async fn ask_b(store: &Scripted) -> Result<Asked, Failure> {
+    /// Pods answered from a script: `Ok(true)` exists, `Ok(false)` 404.
+    #[derive(Default)]
+    struct ScriptedPods {
+        answer: Option<Result<bool, ApiError>>,
+        asked: Mutex<Vec<String>>,
+    }
+
+    impl Pods for ScriptedPods {
+        fn exists(&self, name: &str) -> BoxFuture<'static, Result<bool, ApiError>> {
+            self.asked.lock().unwrap().push(name.to_owned());
+            let answer = self.answer.clone().expect("no pod lookup expected");
+            Box::pin(async move { answer })
+        }
+    }
+
+    fn pods(answer: Result<bool, ApiError>) -> ScriptedPods {
+        ScriptedPods {
+            answer: Some(answer),
+            ..Default::default()
+        }
+    }
+
+    fn request(to: Option<&str>) -> Request<'_> {
         let limit = Duration::from_secs(5);
-        ask(store, "ns/demo", Some("b"), Instant::now() + limit, limit).await
+        Request {
+            lease: "ns/demo".into(),
+            namespace: "ns".into(),
+            namespace_given: true,
+            to,
+            deadline: Instant::now() + limit,
+            limit,
+        }
+    }
+
+    async fn ask_b(store: &Scripted) -> Result<Asked, Failure> {
+        ask(store, &pods(Ok(true)), &request(Some("b"))).await
+    }
+
+    fn named(holder: &str, successor: &str, rv: u32) -> Lease {
+        let mut lease = lease(holder, 1, rv).object().clone();
+        set_annotation(&mut lease, SUCCESSOR_ANNOTATION, Some(successor));
+        Lease::new(lease)
+    }
+
+    #[tokio::test]
+    async fn a_to_naming_no_pod_is_refused_before_anything_is_written() {
+        let store = Scripted::default();
+        store
+            .gets
+            .lock()
+            .unwrap()
+            .push_back(Some(named("a", "b", 10)));
+        let pods = pods(Ok(false));
+        let Err(failure) = ask(&store, &pods, &request(Some("ghost"))).await else {
+            panic!("asked for a hand-over to ghost")
+        };
+        assert_eq!(failure.code, exit::USAGE);
+        assert_eq!(
+            failure.message,
+            "invalid --to: no pod ghost in namespace ns, where lease ns/demo is (a typo, or a pod of \
+             another namespace?), so it cannot take the lease over; nothing was written and a keeps \
+             leading; the successor the lease names is b (run without --to)"
+        );
+        assert!(store.written.lock().unwrap().is_empty(), "nothing written");
+    }
+
+    #[tokio::test]
+    async fn a_to_whose_pod_may_not_be_read_is_asked_for() {
+        let store = Scripted::default();
+        store
+            .gets
+            .lock()
+            .unwrap()
+            .push_back(Some(lease("a", 1, 10)));
+        store.puts.lock().unwrap().push_back(Ok(()));
+        let forbidden = ApiError::from_status(&kube::core::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: "pods \"c\" is forbidden: User \"op\" cannot get resource \"pods\" in API group \"\" in the namespace \"ns\"".into(),
+            ..Default::default()
+        });
+        let pods = pods(Err(forbidden));
+        let asked = ask(&store, &pods, &request(Some("c"))).await;
+        let Ok(Asked::Written { target, .. }) = asked else {
+            panic!("not asked")
+        };
+        assert_eq!(target, "c");
+        assert_eq!(*pods.asked.lock().unwrap(), ["c"]);
+    }
+
+    #[tokio::test]
+    async fn the_named_successor_and_names_no_pod_can_have_are_not_looked_up() {
+        for (to, lease) in [("b", named("a", "b", 10)), ("B_b", lease("a", 1, 10))] {
+            let store = Scripted::default();
+            store.gets.lock().unwrap().push_back(Some(lease));
+            store.puts.lock().unwrap().push_back(Ok(()));
+            let pods = ScriptedPods::default();
+            let asked = ask(&store, &pods, &request(Some(to))).await;
+            assert!(matches!(asked, Ok(Asked::Written { .. })), "{to}");
+            assert!(pods.asked.lock().unwrap().is_empty(), "{to}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_lease_suggests_the_namespace_flag_unless_it_was_given() {
+        for given in [false, true] {
+            let store = Scripted::default();
+            store.gets.lock().unwrap().push_back(None);
+            let mut request = request(Some("b"));
+            request.namespace_given = given;
+            let Err(failure) = ask(&store, &ScriptedPods::default(), &request).await else {
+                panic!("asked")
+            };
+            assert_eq!(failure.code, NOT_HANDED_OVER);
+            assert!(failure.message.starts_with("lease ns/demo does not exist"));
+            assert_eq!(
+                failure.message.contains(
+                    "ns is the kubeconfig context's namespace; if the lease is in another, name it with --lease-namespace"
+                ),
+                !given,
+                "{}",
+                failure.message
+            );
+        }
+    }
+
+    #[test]
+    fn only_the_target_holding_the_lease_is_success() {
+        assert_eq!(
+            outcome("ns/demo", "a", "b", "b", None).unwrap(),
+            "b holds lease ns/demo"
+        );
+        let back = outcome("ns/demo", "a", "ghost", "a", None).unwrap_err();
+        assert_eq!(back.code, NOT_HANDED_OVER);
+        assert!(
+            back.message
+                .starts_with("ghost did not take over lease ns/demo: a holds it again"),
+            "{}",
+            back.message
+        );
+        assert!(back.message.contains("leadership did not move"));
+        let other = outcome("ns/demo", "a", "ghost", "c", None).unwrap_err();
+        assert!(
+            other
+                .message
+                .starts_with("ghost did not take over lease ns/demo: c holds it now"),
+            "{}",
+            other.message
+        );
+        let replaced = outcome("ns/demo", "a", "b", "c", Some("c")).unwrap_err();
+        assert_eq!(
+            replaced.message,
+            "c holds lease ns/demo, not b (another hand-over request, to c, replaced this one)"
+        );
     }
 
     #[tokio::test]
@@ -467,8 +810,7 @@ mod tests {
             .lock()
             .unwrap()
             .extend([Err(ApiError::Conflict("Conflict".into())), Ok(())]);
-        let limit = Duration::from_secs(5);
-        let asked = ask(&store, "ns/demo", None, Instant::now() + limit, limit).await;
+        let asked = ask(&store, &ScriptedPods::default(), &request(None)).await;
         let Ok(Asked::Written { target, .. }) = asked else {
             panic!("not written")
         };

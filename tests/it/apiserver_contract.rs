@@ -2321,6 +2321,70 @@ async fn kube_client_creates_events() {
     assert_eq!(api.events().len(), 1);
 }
 
+/// Pods, as `leader-gate handover` looks one up: without `get` on pods a 403 whether
+/// it exists or not (recordings `endpointslices/29`, `29b`, replayed below); with it, a
+/// Pod, or the recorded 404 `Status` shape for a core resource (no `group`), which
+/// kube-rs's `get_opt` reads as absent. Nothing but `get` is served.
+#[tokio::test]
+async fn pods_are_read_by_name_under_rbac() {
+    let api = FakeApiServer::start(NS, LEASE).await;
+    api.add_pod("pod-a");
+    let token = api.token(CLIENT);
+    let user = format!("system:serviceaccount:{NS}:{CLIENT}");
+    let path = |name: &str| format!("/api/v1/namespaces/{NS}/pods/{name}");
+    for name in ["pod-a", "pod-z"] {
+        let denied = raw_request(api.addr(), "GET", &path(name), Some(&token), None).await;
+        assert_eq!(denied.status, 403, "the shipped Role grants no pods");
+        let status = denied.json();
+        assert_eq!(
+            status["message"],
+            format!(
+                "pods \"{name}\" is forbidden: User \"{user}\" cannot get resource \"pods\" in API group \"\" in the namespace \"{NS}\""
+            )
+        );
+        assert_eq!(status["details"], json!({"name": name, "kind": "pods"}));
+    }
+    let mut role = api.role();
+    role.rules
+        .push(PolicyRule::new(&[""], &["pods"], &[], &["get"]));
+    api.set_role(role);
+    let found = raw_request(api.addr(), "GET", &path("pod-a"), Some(&token), None).await;
+    assert_eq!(found.status, 200);
+    let pod = found.json();
+    assert_eq!(
+        (&pod["kind"], &pod["metadata"]["name"]),
+        (&json!("Pod"), &json!("pod-a"))
+    );
+    let missing = raw_request(api.addr(), "GET", &path("pod-z"), Some(&token), None).await;
+    assert_eq!(missing.status, 404);
+    let status = missing.json();
+    assert_eq!(
+        (&status["reason"], &status["message"], &status["code"]),
+        (
+            &json!("NotFound"),
+            &json!("pods \"pod-z\" not found"),
+            &json!(404)
+        )
+    );
+    assert_eq!(status["details"], json!({"name": "pod-z", "kind": "pods"}));
+    // RBAC first: a verb the Role lacks is denied before the fake says it serves none.
+    let other = raw_request(api.addr(), "DELETE", &path("pod-a"), Some(&token), None).await;
+    assert_eq!(other.status, 403);
+
+    let client = kube_client(&api, CLIENT).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client, NS);
+    assert!(pods.get_opt("pod-a").await.expect("read").is_some());
+    assert!(pods.get_opt("pod-z").await.expect("read").is_none());
+    assert!(api.delete_pod("pod-a"));
+    assert!(pods.get_opt("pod-a").await.expect("read").is_none());
+    let log = api.requests();
+    let last = log.last().unwrap();
+    assert_eq!(
+        (last.verb, last.resource, last.name.as_deref(), last.status),
+        (Verb::Get, Some(Resource::Pods), Some("pod-a"), Some(404))
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // EndpointSlices (leader routing)
 // ---------------------------------------------------------------------------------------
@@ -2338,7 +2402,7 @@ async fn recorded_endpoint_slice_exchanges_replay_in_order() {
         .filter(|p| p.extension().is_some_and(|e| e == "txt"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 22, "fixture files: {files:?}");
+    assert_eq!(files.len(), 24, "fixture files: {files:?}");
 
     let api = FakeApiServer::start("proto-es", "unused").await;
     let token = api.add_client(CLIENT, "sidecar");

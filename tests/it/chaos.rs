@@ -548,11 +548,11 @@ struct SuccessorStats {
     requested: BTreeMap<&'static str, usize>,
     /// `leader-gate handover` returned 0: the one asked for took over ...
     by_target: usize,
-    /// ... or another candidate did ("the fallback did").
+    /// ... or 1, another candidate did ("… did not take over …").
     by_fallback: usize,
-    /// Hand-overs that returned 0, by kind.
+    /// Hand-overs that ended with a new holder, by kind.
     completed: BTreeMap<&'static str, usize>,
-    /// It returned non-zero (its message).
+    /// It returned non-zero otherwise: refused or failed (its message).
     refused: Vec<String>,
 }
 
@@ -1397,11 +1397,19 @@ impl Chaos {
                 Ok(output) if output.status.success() => {
                     let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
                     *self.successor.completed.entry(pending.what).or_default() += 1;
-                    if line.contains("did not take over") {
-                        self.successor.by_fallback += 1;
-                    } else {
-                        self.successor.by_target += 1;
-                    }
+                    self.successor.by_target += 1;
+                    line
+                }
+                // Exit 1: the hand-over happened, to another candidate than
+                // the one asked for (the fallback), and it says so.
+                Ok(output)
+                    if output.status.code() == Some(1)
+                        && String::from_utf8_lossy(&output.stderr)
+                            .contains("did not take over") =>
+                {
+                    let line = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+                    *self.successor.completed.entry(pending.what).or_default() += 1;
+                    self.successor.by_fallback += 1;
                     line
                 }
                 Ok(output) => {

@@ -9,7 +9,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::fake_apiserver::{FakeApiServer, Fault, FaultKind, RequestRecord, Verb, lease_holder};
+use support::fake_apiserver::{
+    FakeApiServer, Fault, FaultKind, PolicyRule, RequestRecord, Resource, Verb, lease_holder,
+};
 use support::monitor::Monitor;
 use support::sidecar::{Sidecar, Timing, test_dir};
 
@@ -274,16 +276,17 @@ async fn an_operator_hands_over_to_a_named_pod_closing_the_gates_first() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hand_over_to_a_pod_that_does_not_exist_falls_back_within_the_bound() {
+async fn a_hand_over_to_a_pod_it_cannot_check_falls_back_within_the_bound_and_fails_naming_the_holder()
+ {
+    // The shipped Role grants no pods: `handover` cannot tell that ghost
+    // is no pod, asks, and then says the truth.
     let (api, sidecars, monitor) = start("successor-ghost", &["a", "b", "c"]).await;
     let (leader, _) = settled(&api, &sidecars).await;
     let asked = Instant::now();
     let output = handover(&api, &test_dir("successor-ghost"), &["--to", "ghost"]);
-    assert!(
-        output.status.success(),
-        "{output:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{output:?}: {stderr}");
+    assert!(output.stdout.is_empty(), "{output:?}");
     let (new, at) = wait_leader(&sidecars, "", TIMING.lease * 2).await;
     let took = at - asked;
     eprintln!("hand-over to ghost: {new} leads {took:?} after the request ({leader} before)");
@@ -291,7 +294,21 @@ async fn a_hand_over_to_a_pod_that_does_not_exist_falls_back_within_the_bound() 
         took <= TIMING.lease + TIMING.retry,
         "leaderless no longer than an expiry: {took:?}"
     );
-    assert!(String::from_utf8_lossy(&output.stdout).contains("ghost did not take over"));
+    assert!(
+        stderr.contains(&format!(
+            "ghost did not take over lease {NAMESPACE}/{LEASE}: {new} holds it"
+        )),
+        "{stderr}"
+    );
+    // The pod lookup was tried and denied, and said nothing at the default level.
+    let looked_up = api.requests_of("operator", Verb::Get);
+    assert!(
+        looked_up
+            .iter()
+            .any(|r| r.resource == Some(Resource::Pods) && r.status == Some(403)),
+        "{looked_up:?}"
+    );
+    assert!(!stderr.contains("pod"), "{stderr}");
     monitor.assert_no_overlap();
 
     // Nobody holds a deleted Lease: the request is refused in one line.
@@ -316,7 +333,15 @@ async fn a_hand_over_to_a_stopped_pod_never_makes_two_leaders() {
     eprintln!(
         "hand-over to stopped {named}: {new} leads {took:?} after the request (was {leader}); {output:?}"
     );
-    assert!(output.status.success(), "{output:?}");
+    // A real candidate that could not take over: not done, and who holds it said.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr.contains(&format!(
+            "{named} did not take over lease {NAMESPACE}/{LEASE}: {new} holds it"
+        )),
+        "{stderr}"
+    );
     assert!(took <= TIMING.lease + TIMING.retry, "{took:?}");
     // It resumes with a stale view of the release naming it: its write
     // conflicts, it never leads while the fallback winner does.
@@ -422,14 +447,16 @@ async fn a_hand_over_request_replaced_by_another_says_so() {
         stdout_two.trim(),
         format!("{second} holds lease {NAMESPACE}/{LEASE}")
     );
-    assert!(one.status.success(), "{one:?}");
+    // The first one's target did not take the Lease: not done, and why.
+    assert_eq!(one.status.code(), Some(1), "{one:?}");
+    assert!(stdout_one.is_empty(), "{one:?}");
+    let stderr_one = String::from_utf8_lossy(&one.stderr);
     assert_eq!(
-        stdout_one.trim(),
+        stderr_one.lines().last().unwrap_or_default(),
         format!(
-            "{second} holds lease {NAMESPACE}/{LEASE} (another hand-over request, to {second}, replaced this one)"
+            "leader-gate handover: {second} holds lease {NAMESPACE}/{LEASE}, not {first} (another hand-over request, to {second}, replaced this one)"
         ),
-        "{}",
-        String::from_utf8_lossy(&one.stderr)
+        "{stderr_one}"
     );
     monitor.assert_no_overlap();
 }
@@ -470,4 +497,117 @@ async fn a_hand_over_whose_api_server_does_not_answer_gives_up_within_the_timeou
         "{stderr}"
     );
     assert_eq!(lease_holder(&lease(&api)).as_deref(), Some(leader.as_str()));
+}
+
+/// `get` on pods for every client (the Role is everyone's), as an operator's
+/// own Role would grant it.
+fn grant_pods(api: &FakeApiServer) {
+    let mut role = api.role();
+    role.rules
+        .push(PolicyRule::new(&[""], &["pods"], &[], &["get"]));
+    api.set_role(role);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_to_naming_no_pod_is_refused_without_a_write_where_pods_can_be_read() {
+    let (api, sidecars, monitor) = start("successor-refused", &["a", "b", "c"]).await;
+    for name in ["a", "b", "c"] {
+        api.add_pod(name);
+    }
+    grant_pods(&api);
+    let (leader, named) = settled(&api, &sidecars).await;
+    let dir = test_dir("successor-refused");
+    let third = ["a", "b", "c"]
+        .into_iter()
+        .find(|n| *n != leader && *n != named)
+        .unwrap();
+    let typo = format!("{third}x");
+    api.clear_requests();
+    let output = handover(&api, &dir, &["--to", &typo]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{output:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "leader-gate handover: invalid --to: no pod {typo} in namespace {NAMESPACE}, where lease {NAMESPACE}/{LEASE} is (a typo, or a pod of another namespace?)"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("nothing was written and {leader} keeps leading")),
+        "{stderr}"
+    );
+    // The fake's log: the operator read the Lease and the pod, and wrote nothing.
+    let operator: Vec<_> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.client == "operator")
+        .collect();
+    let seen: Vec<_> = operator
+        .iter()
+        .map(|r| (r.verb, r.resource, r.name.clone(), r.status))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                Verb::Get,
+                Some(Resource::Leases),
+                Some(LEASE.to_owned()),
+                Some(200)
+            ),
+            (
+                Verb::Get,
+                Some(Resource::Pods),
+                Some(typo.clone()),
+                Some(404)
+            ),
+        ],
+        "{operator:?}"
+    );
+    // No step-down: the leader leads on, its term unchanged.
+    let old = sidecars.iter().find(|s| s.name == leader).unwrap();
+    let probe = old.leader().await.expect("answers");
+    assert!(probe.leading(), "{:?}", probe.body);
+    assert_eq!(lease_holder(&lease(&api)).as_deref(), Some(leader.as_str()));
+    assert!(
+        lease(&api)["metadata"]["annotations"]
+            .get("leader-gate.dev/handover-to")
+            .is_none()
+    );
+
+    // The pod that exists: handed over, exit 0.
+    let output = handover(&api, &dir, &["--to", third]);
+    assert!(
+        output.status.success(),
+        "{output:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        format!("{third} holds lease {NAMESPACE}/{LEASE}")
+    );
+    monitor.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_missing_in_the_contexts_namespace_suggests_the_namespace_flag() {
+    // No candidate ever ran: the Lease does not exist in the context's namespace.
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir("successor-missing-lease");
+    let kubeconfig = api.write_kubeconfig("operator", &dir);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args(["handover", "--lease-name", LEASE, "--to", "b"])
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("LEADER_GATE_LEASE_NAMESPACE")
+        .output()
+        .expect("run leader-gate handover");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "leader-gate handover: lease {NAMESPACE}/{LEASE} does not exist: nobody to hand over from ({NAMESPACE} is the kubeconfig context's namespace; if the lease is in another, name it with --lease-namespace)"
+        )
+    );
 }

@@ -7,7 +7,9 @@
 //! that keep the resourceVersion, newline-delimited JSON watches with BOOKMARKs, in-stream
 //! 410 `Expired`, streaming lists, RBAC 403s of a least-privilege Role and 401s for bad
 //! tokens. It also takes core/v1 Events (`POST /api/v1/namespaces/{ns}/events`, see
-//! [`FakeApiServer::events`]). On top of that, tests can inject faults per client (see
+//! [`FakeApiServer::events`]) and answers `GET` of core/v1 Pods the test made (see
+//! [`FakeApiServer::add_pod`]; the recorded 403 without `get` on pods, else the Pod or a
+//! 404). On top of that, tests can inject faults per client (see
 //! [`Fault`]), or take the whole endpoint away: refusing connections
 //! ([`FakeApiServer::shutdown`]) or black-holed ([`FakeApiServer::black_hole`]).
 //!
@@ -74,6 +76,7 @@ mod core_events;
 mod endpoint_slices;
 mod handler;
 mod http;
+mod pods;
 mod rbac;
 mod status;
 mod store;
@@ -97,6 +100,7 @@ use tokio::task::JoinHandle;
 
 use core_events::Events;
 use endpoint_slices::EndpointSlices;
+use pods::Pods;
 use store::Store;
 
 /// The resources the server serves.
@@ -108,6 +112,9 @@ pub enum Resource {
     Events,
     /// discovery.k8s.io/v1 EndpointSlices: get, update, create, delete, list by name.
     EndpointSlices,
+    /// core/v1 Pods: `/api/v1/namespaces/{ns}/pods/{name}` (only `get` is served; the
+    /// pods are the test's, see [`FakeApiServer::add_pod`]).
+    Pods,
 }
 
 impl Resource {
@@ -117,6 +124,7 @@ impl Resource {
             Resource::Leases => "coordination.k8s.io",
             Resource::Events => "",
             Resource::EndpointSlices => endpoint_slices::GROUP,
+            Resource::Pods => "",
         }
     }
 
@@ -126,6 +134,7 @@ impl Resource {
             Resource::Leases => "leases",
             Resource::Events => "events",
             Resource::EndpointSlices => endpoint_slices::RESOURCE,
+            Resource::Pods => pods::RESOURCE,
         }
     }
 }
@@ -301,6 +310,8 @@ struct State {
     /// core/v1 Events created through the API.
     events: Events,
     endpoint_slices: EndpointSlices,
+    /// core/v1 Pods the test made.
+    pods: Pods,
     faults: HashMap<String, Vec<Fault>>,
     watch_lag: HashMap<String, Duration>,
     bookmark_interval: Duration,
@@ -488,6 +499,7 @@ impl FakeApiServer {
                 role: Role::from_repository_manifest(lease_name),
                 events: Events::default(),
                 endpoint_slices: EndpointSlices::default(),
+                pods: Pods::default(),
                 faults: HashMap::new(),
                 watch_lag: HashMap::new(),
                 bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
@@ -879,6 +891,30 @@ impl FakeApiServer {
     /// creation order, as stored (with uid, resourceVersion, creationTimestamp).
     pub fn events(&self) -> Vec<Value> {
         self.inner().lock().events.all()
+    }
+
+    // ----- Pods -----
+
+    /// A running pod `name` in the server's namespace (as a kubelet would report one);
+    /// only `get` of it is served, under the Role's RBAC.
+    pub fn add_pod(&self, name: &str) -> Value {
+        let namespace = self.inner().namespace.clone();
+        self.add_pod_in(&namespace, name)
+    }
+
+    /// A running pod `name` in `namespace`.
+    pub fn add_pod_in(&self, namespace: &str, name: &str) -> Value {
+        let mut st = self.inner().lock();
+        let State { store, pods, .. } = &mut *st;
+        pods.add(store, namespace, name)
+    }
+
+    /// Deletes the pod `name` of the server's namespace; whether it existed.
+    pub fn delete_pod(&self, name: &str) -> bool {
+        let inner = self.inner();
+        let mut st = inner.lock();
+        let State { store, pods, .. } = &mut *st;
+        pods.delete(store, &inner.namespace, name)
     }
 
     // ----- EndpointSlices -----

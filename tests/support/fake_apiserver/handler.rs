@@ -88,7 +88,18 @@ fn route(req: &Request) -> Route {
     let (resource, rest) = if let Some(rest) = req.path.strip_prefix(PREFIX) {
         (Resource::Leases, rest)
     } else if let Some(rest) = req.path.strip_prefix(CORE_PREFIX) {
-        (Resource::Events, rest)
+        let pods = matches!(
+            rest.split('/').collect::<Vec<_>>().as_slice(),
+            ["pods", ..] | ["namespaces", _, "pods", ..]
+        );
+        (
+            if pods {
+                Resource::Pods
+            } else {
+                Resource::Events
+            },
+            rest,
+        )
     } else if let Some(rest) = req.path.strip_prefix(DISCOVERY_PREFIX) {
         (Resource::EndpointSlices, rest)
     } else {
@@ -422,6 +433,21 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
                 .await
             }
         };
+    }
+
+    if resource == Resource::Pods {
+        let result = match route.verb {
+            Verb::Get => inner.lock().pods.get(&ns, &path_name).map(|o| (200, o)),
+            _ => Err(status::method_not_allowed_on(
+                &req.method,
+                "pods (fake apiserver)",
+            )),
+        };
+        let (code, headers, body) = match result {
+            Ok((code, body)) => (code, Vec::new(), body),
+            Err(e) => (e.code, e.headers, e.body),
+        };
+        return reply(inner, rec, w, code, &headers, &body, &req, drop_response).await;
     }
 
     if resource == Resource::EndpointSlices {
