@@ -23,7 +23,9 @@
 #    (names and flags still agree) on each;
 # 6. shows that check_manifests.py refuses gates off the gate socket: a copy
 #    with a gate left on TCP, a gate without the socket's volume and a socket
-#    outside an emptyDir must be refused, each named;
+#    outside an emptyDir must be refused, each named; and a copy whose exec
+#    gate's --grace equals the default gate lag (the margin rule: --grace at
+#    least 1 s below the gate lag and the margin);
 # 7. checks that manifests/kustomize-openapi.json is what
 #    scripts/kustomize_openapi.py writes from kubernetes-validate's
 #    definitions, then builds the overlays users write (the sidecar's
@@ -210,6 +212,34 @@ elif grep -qF 'DaemonSet/metricbeat container file-gate: `file-gate` names no --
 else
     echo "FAIL check_manifests.py did not refuse the broken gate sockets as expected:"
     sed 's/^/     /' "$work/socket-broken.out"
+    failed=$((failed + 1))
+fi
+
+# check_manifests.py refuses an exec --grace that is not a second below the
+# gate lag: a copy of manifests/ whose exec gate has --grace 4s, the default
+# gate lag (the example once shipped so; the SIGKILL went out 0.4 ms before
+# the release).
+cp -r manifests "$work/grace-broken"
+python3 - "$work/grace-broken/exec-gate.yaml" <<'EOF'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+old = "            - --grace\n            - 3s\n"
+assert text.count(old) == 1, "exec-gate.yaml no longer has the --grace this test breaks: update it"
+open(path, "w").write(text.replace(old, "            - --grace\n            - 4s\n"))
+EOF
+kubectl kustomize "$work/grace-broken" >"$work/grace-broken.yaml"
+if python3 scripts/check_manifests.py "$work/grace-broken.yaml" "$work/grace-broken" \
+    "${CARGO_TARGET_DIR:-target}/debug/leader-gate" >"$work/grace-broken.out"; then
+    echo "FAIL check_manifests.py accepted an exec --grace equal to the gate lag"
+    failed=$((failed + 1))
+elif grep -qF "Deployment/otel-cluster-collector container leader-gate: --gate-lag 4s is not 1s above the exec gate's --grace 4s" "$work/grace-broken.out" \
+    && [ "$(grep -c '^FAIL' "$work/grace-broken.out")" -eq 1 ]; then
+    echo "ok   check_manifests.py refuses an exec --grace equal to the default gate lag"
+    passed=$((passed + 1))
+else
+    echo "FAIL check_manifests.py did not refuse the exec --grace as expected:"
+    sed 's/^/     /' "$work/grace-broken.out"
     failed=$((failed + 1))
 fi
 
