@@ -102,6 +102,16 @@ LeaderGateDuplicateIdentity: fires on a counter that stays at 0
           max by (namespace, lease) (leader_gate_identity_conflicts_total) > 0
 =>
           max by (namespace, lease) (leader_gate_identity_conflicts_total) >= 0
+%%
+LeaderGateTargetsAbsent: another job's targets hide the missing ones (no job matcher)
+          absent_over_time(leader_gate_build_info{job="monitoring/leader-gate"}[5m])
+=>
+          absent_over_time(leader_gate_build_info[5m])
+%%
+LeaderGateTargetsAbsent: fires during a rollout that replaces every pod (absent, no window)
+          absent_over_time(leader_gate_build_info{job="monitoring/leader-gate"}[5m])
+=>
+          absent(leader_gate_build_info{job="monitoring/leader-gate"})
 EOF_M
 )
 cp "$TESTS" "$work/"

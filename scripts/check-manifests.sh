@@ -23,7 +23,18 @@
 #    (names and flags still agree) on each;
 # 6. shows that check_manifests.py refuses gates off the gate socket: a copy
 #    with a gate left on TCP, a gate without the socket's volume and a socket
-#    outside an emptyDir must be refused, each named.
+#    outside an emptyDir must be refused, each named; and a copy whose exec
+#    gate's --grace equals the default gate lag (the margin rule: --grace at
+#    least 1 s below the gate lag and the margin);
+# 7. checks that manifests/kustomize-openapi.json is what
+#    scripts/kustomize_openapi.py writes from kubernetes-validate's
+#    definitions, then builds the overlays users write (the sidecar's
+#    resources, a volume and mount on the collector, the image by `images:`,
+#    an added container, `namespace:` with `namePrefix:`) with
+#    `check_overlay.py --patches`: each render keeps every container, init
+#    container, volume and mount of the base and passes the schemas; and
+#    shows that check refuses a kustomization whose `openapi:` schema lacks
+#    the merge keys (one that knows only the cluster-scoped kinds).
 #
 # kubernetes-validate ships the schemas inside the package and fetches
 # nothing; it is installed here if missing. kubectl comes with this
@@ -201,6 +212,77 @@ elif grep -qF 'DaemonSet/metricbeat container file-gate: `file-gate` names no --
 else
     echo "FAIL check_manifests.py did not refuse the broken gate sockets as expected:"
     sed 's/^/     /' "$work/socket-broken.out"
+    failed=$((failed + 1))
+fi
+
+# check_manifests.py refuses an exec --grace that is not a second below the
+# gate lag: a copy of manifests/ whose exec gate has --grace 4s, the default
+# gate lag (the example once shipped so; the SIGKILL went out 0.4 ms before
+# the release).
+cp -r manifests "$work/grace-broken"
+python3 - "$work/grace-broken/exec-gate.yaml" <<'EOF'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+old = "            - --grace\n            - 3s\n"
+assert text.count(old) == 1, "exec-gate.yaml no longer has the --grace this test breaks: update it"
+open(path, "w").write(text.replace(old, "            - --grace\n            - 4s\n"))
+EOF
+kubectl kustomize "$work/grace-broken" >"$work/grace-broken.yaml"
+if python3 scripts/check_manifests.py "$work/grace-broken.yaml" "$work/grace-broken" \
+    "${CARGO_TARGET_DIR:-target}/debug/leader-gate" >"$work/grace-broken.out"; then
+    echo "FAIL check_manifests.py accepted an exec --grace equal to the gate lag"
+    failed=$((failed + 1))
+elif grep -qF "Deployment/otel-cluster-collector container leader-gate: --gate-lag 4s is not 1s above the exec gate's --grace 4s" "$work/grace-broken.out" \
+    && [ "$(grep -c '^FAIL' "$work/grace-broken.out")" -eq 1 ]; then
+    echo "ok   check_manifests.py refuses an exec --grace equal to the default gate lag"
+    passed=$((passed + 1))
+else
+    echo "FAIL check_manifests.py did not refuse the exec --grace as expected:"
+    sed 's/^/     /' "$work/grace-broken.out"
+    failed=$((failed + 1))
+fi
+
+# kustomize's schema for manifests/ (see the comment in its kustomization.yaml).
+python3 scripts/kustomize_openapi.py "${KUBERNETES_VERSIONS[0]}" "$work/kustomize-openapi.json"
+if cmp -s manifests/kustomize-openapi.json "$work/kustomize-openapi.json"; then
+    echo "ok   manifests/kustomize-openapi.json is what scripts/kustomize_openapi.py ${KUBERNETES_VERSIONS[0]} writes"
+    passed=$((passed + 1))
+else
+    echo "FAIL manifests/kustomize-openapi.json differs from what scripts/kustomize_openapi.py ${KUBERNETES_VERSIONS[0]} writes: run it"
+    failed=$((failed + 1))
+fi
+
+# The overlays users write, each over a copy of manifests/.
+if python3 scripts/check_overlay.py --patches manifests "${version_args[@]}"; then
+    passed=$((passed + 1))
+else
+    failed=$((failed + 1))
+fi
+
+# ... and the same check refuses a schema without merge keys: a copy of
+# manifests/ whose kustomize-openapi.json keeps only the cluster-scoped
+# kinds' definitions (what it once was). A patch naming the sidecar then
+# replaces every list it touches.
+cp -r manifests "$work/partial-schema"
+python3 - "$work/partial-schema/kustomize-openapi.json" <<'EOF'
+import json, sys
+schema = json.load(open(sys.argv[1]))
+kinds = {p["get"]["x-kubernetes-group-version-kind"]["kind"] for p in schema["paths"].values()}
+schema["definitions"] = {name: d for name, d in schema["definitions"].items()
+                         if any(g["kind"] in kinds for g in d.get("x-kubernetes-group-version-kind", []))}
+json.dump(schema, open(sys.argv[1], "w"))
+EOF
+if python3 scripts/check_overlay.py --patches "$work/partial-schema" >"$work/partial-schema.out"; then
+    echo "FAIL check_overlay.py --patches accepted a kustomize schema without merge keys"
+    failed=$((failed + 1))
+elif grep -qF "FAIL overlay with the sidecar's resources: Deployment/metricbeat-cluster initContainers[leader-gate].image is gone" "$work/partial-schema.out" \
+    && grep -qF "FAIL overlay with an added container: DaemonSet/metricbeat containers[metricbeat] is gone" "$work/partial-schema.out"; then
+    echo "ok   check_overlay.py --patches refuses a kustomize schema without merge keys ($(grep -c '^FAIL' "$work/partial-schema.out") findings)"
+    passed=$((passed + 1))
+else
+    echo "FAIL check_overlay.py --patches refused the schema without merge keys for other reasons:"
+    sed 's/^/     /' "$work/partial-schema.out"
     failed=$((failed + 1))
 fi
 

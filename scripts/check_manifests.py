@@ -13,7 +13,9 @@ finding and exits 1 if there is any. The checks:
 - every leader-gate container: the one image, a native sidecar for `serve`
   and `file-gate`, identity and namespace from the downward API, /healthz
   liveness, no /leader readiness on a DaemonSet, timings that satisfy the
-  rules of docs/timing.md (and terminationGracePeriodSeconds that covers them), the
+  rules of docs/timing.md (and terminationGracePeriodSeconds that covers them;
+  an `exec` gate's --grace at least 1 s below the gate lag, given or the
+  default 80% of the margin, and below the margin), the
   Roles bound to the pod's service account grant what its flags need and
   nothing more (every Lease of --lease-name or --shards; the EndpointSlice
   with --route-service; Events with --record-events), every gate follows one
@@ -53,8 +55,33 @@ USER = 65532
 SUBCOMMANDS = {"serve", "file-gate", "exec", "install", "status", "wait", "watch"}
 # Slack that terminationGracePeriodSeconds keeps beyond the shutdown sequence.
 GRACE_SLACK = 5
+# How far `exec --grace` must stay below the gate lag and below the margin
+# (docs/gates.md "wrap"). On a graceful hand-over the sidecar releases the
+# Lease one gate lag after it stepped down; `exec` SIGKILLs a collector that
+# ignores SIGTERM --grace after it heard of the step-down. A grace equal to
+# the gate lag sends the SIGKILL a fraction of a millisecond before the
+# release, so the peer's collector may start while this one still runs:
+# this second pays for the news reaching `exec`, the kill and the reaping on
+# a throttled CPU. The same holds against the margin when the sidecar dies.
+GRACE_HEADROOM = 1.0
 
 findings = []
+
+
+def default_gate_lag(lease, renew):
+    """`--gate-lag` when not given, as src/config.rs default_gate_lag: 80% of
+    the margin."""
+    return (lease - renew) * 4 / 5
+
+
+def check_exec_grace(gate, sidecar, grace, lag, margin):
+    """An `exec` gate's --grace is GRACE_HEADROOM below the gate lag and the margin."""
+    if grace > margin - GRACE_HEADROOM:
+        bad(gate, f"--grace {grace:g}s is not {GRACE_HEADROOM:g}s below the margin {margin:g}s "
+                  "(lease duration - renew deadline): a collector that ignores SIGTERM may outlive it")
+    if grace > lag - GRACE_HEADROOM:
+        bad(sidecar, f"--gate-lag {lag:g}s is not {GRACE_HEADROOM:g}s above the exec gate's --grace {grace:g}s: "
+                     "the release may go out before the SIGKILL (lower --grace, or raise --gate-lag within the margin)")
 
 
 def bad(where, message):
@@ -308,7 +335,7 @@ def check_leader_gate(docs, doc, template):
         renew = seconds(opts.get("renew-deadline", "10s"))
         retry = seconds(opts.get("retry-period", "2s"))
         # The binary's defaults: 80% of the margin, and the gate lag + 5 s.
-        lag = seconds(opts.get("gate-lag", str(0.8 * (lease - renew))))
+        lag = seconds(opts["gate-lag"]) if "gate-lag" in opts else default_gate_lag(lease, renew)
         shutdown = seconds(opts.get("shutdown-timeout", str(lag + 5)))
     except ValueError as e:
         bad(cw, str(e))
@@ -323,10 +350,7 @@ def check_leader_gate(docs, doc, template):
         if a and a[0] == "exec":
             g = seconds(flags(a[1:]).get("grace", "3s"))
             grace = max(grace, g)
-            if g > margin:
-                bad(f"{where} container {c['name']}", f"--grace {g}s exceeds the margin {margin}s")
-            if lag < g:
-                bad(cw, f"--gate-lag {lag}s is below the exec gate's --grace {g}s")
+            check_exec_grace(f"{where} container {c['name']}", cw, g, lag, margin)
             mount = os.path.dirname((c.get("command") or ["/"])[0])
             installed = [
                 i for i, ia in gates

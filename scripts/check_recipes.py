@@ -30,7 +30,9 @@ service account grant what the flags need on it and nothing more (no
 the real binary, as scripts/check_manifests.py does for manifests/; where a
 gate (`exec`, `file-gate`) runs beside the sidecar, the gate socket is wired
 as check_manifests.py requires (--gate-socket in a mounted emptyDir, every
-gate mounting that volume and naming `unix:<the socket>` as its URL). For a
+gate mounting that volume and naming `unix:<the socket>` as its URL), and
+an `exec` gate's --grace is at least 1 s below the sidecar's gate lag and
+margin (check_manifests.py's rule). For a
 Metricbeat Beat fed by the file gate: the modules glob takes the copy and
 not its temporary file, reload.period fits the timings, and the copy's
 owner and mode pass Metricbeat's strict.perms check.
@@ -260,6 +262,7 @@ def check_leader_gate(where, pod, sa, namespace, docs, binary):
     serve, argv = serves[0]
     opts = check_manifests.flags(argv[1:])
     check_manifests.check_gate_socket(where, pod, serve, opts, gates)
+    check_exec_grace(where, serve, opts, gates)
     lease = opts.get("lease-name")
     if not sa:
         return bad(where, "no service account: the Roles cannot be checked")
@@ -274,6 +277,21 @@ def check_leader_gate(where, pod, sa, namespace, docs, binary):
     if missing:
         bad(where, f"service account {sa} lacks {sorted(missing)} on Lease {lease}")
     check_manifests.check_rbac_needed(docs, where, namespace, sa, opts, [lease], True, serve)
+
+
+def check_exec_grace(where, serve, opts, gates):
+    """check_manifests.py's rule for `exec --grace` against the sidecar's timings."""
+    duration = check_manifests.seconds(opts.get("lease-duration", "15s"))
+    deadline = check_manifests.seconds(opts.get("renew-deadline", "10s"))
+    if "gate-lag" in opts:
+        lag = check_manifests.seconds(opts["gate-lag"])
+    else:
+        lag = check_manifests.default_gate_lag(duration, deadline)
+    for c, argv in gates:
+        if argv[0] == "exec":
+            grace = check_manifests.seconds(check_manifests.flags(argv[1:]).get("grace", "3s"))
+            check_manifests.check_exec_grace(f"{where} container {c['name']}", f"{where} container {serve['name']}",
+                                             grace, lag, duration - deadline)
 
 
 # The image users: Metricbeat's image runs as `metricbeat` (1000), the
