@@ -102,6 +102,27 @@ impl Options {
         }
     }
 
+    /// The endpoint list to write, from the one just read, for `want`.
+    fn next_endpoints(&self, want: Want, namespace: &str, read: &[Endpoint]) -> Vec<Endpoint> {
+        match want {
+            // The whole list, replaced: a stepped-down leader goes in the
+            // same write that names this one.
+            Want::Listed => vec![self.endpoint(namespace)],
+            // This pod's entry marked, the others as they are; nothing to
+            // write (the same list) when the next leader already replaced it.
+            Want::Terminating => read
+                .iter()
+                .cloned()
+                .map(|mut e| {
+                    if self.is_me(&e) {
+                        e.conditions = Some(terminating());
+                    }
+                    e
+                })
+                .collect(),
+        }
+    }
+
     /// Whether `endpoint` is this pod (by address, or by its Pod reference).
     fn is_me(&self, endpoint: &Endpoint) -> bool {
         let ip = self.pod_ip.to_string();
@@ -297,23 +318,9 @@ impl Router {
             }
             let mut slice = bounded(api.get(&self.name)).await?;
             let endpoints = slice.endpoints.clone();
-            let next: Vec<Endpoint> = match want {
-                // The whole list, replaced: the stepped-down leader goes in
-                // the same write that names this one.
-                Want::Listed => vec![self.options.endpoint(&self.namespace)],
-                // This pod's entry marked, the others as they are; nothing
-                // to write when the next leader already replaced it.
-                Want::Terminating => endpoints
-                    .iter()
-                    .cloned()
-                    .map(|mut e| {
-                        if self.options.is_me(&e) {
-                            e.conditions = Some(terminating());
-                        }
-                        e
-                    })
-                    .collect(),
-            };
+            let next = self
+                .options
+                .next_endpoints(want, &self.namespace, &endpoints);
             if endpoints == next {
                 return Ok(());
             }
@@ -441,6 +448,43 @@ mod tests {
         };
         assert!(!me.is_me(&other.endpoint("monitoring")));
         assert_eq!(me.slice_name(), "statsd-leader");
+    }
+
+    #[test]
+    fn a_new_leader_replaces_the_whole_list_a_stepped_down_one_only_marks_itself() {
+        let me = options();
+        let other = Options {
+            pod_ip: "10.244.2.9".parse().unwrap(),
+            pod_name: "statsd-1".into(),
+            ..options()
+        };
+        let mut old = other.endpoint("monitoring");
+        old.conditions = Some(terminating());
+        // Leading: only this pod, ready, whoever was listed.
+        let listed = me.next_endpoints(Want::Listed, "monitoring", &[old.clone()]);
+        assert_eq!(listed, [me.endpoint("monitoring")]);
+        let conditions = listed[0].conditions.clone().unwrap();
+        assert_eq!(
+            (conditions.ready, conditions.serving, conditions.terminating),
+            (Some(true), Some(true), Some(false))
+        );
+        // Stepped down, still listed: the same entry, marked terminating
+        // (not ready, still serving), nothing else changed.
+        let marked = me.next_endpoints(Want::Terminating, "monitoring", &listed);
+        let mut expected = me.endpoint("monitoring");
+        expected.conditions = Some(terminating());
+        assert_eq!(marked, [expected]);
+        // Stepped down after the next leader wrote: the list as read, so
+        // nothing is written; an empty slice stays empty.
+        let replaced = [other.endpoint("monitoring")];
+        assert_eq!(
+            me.next_endpoints(Want::Terminating, "monitoring", &replaced),
+            replaced
+        );
+        assert!(
+            me.next_endpoints(Want::Terminating, "monitoring", &[])
+                .is_empty()
+        );
     }
 
     #[test]
