@@ -10,9 +10,8 @@
 //! for [`GateAcks::all_closed`] or the gate lag, whichever comes first; with
 //! no gate registered for the term it waits the whole gate lag (a poller of
 //! `/leader` cannot say when it stopped). A gate that knows it can never
-//! say (`&acknowledges=false`: `file-gate` without a reload URL, the
-//! routing slice, whose update kube-proxy applies later) registers all the
-//! same, so that every release waits the whole gate lag while it is there,
+//! say (`&acknowledges=false`: `file-gate` without a reload URL) registers
+//! all the same, so that every release waits the whole gate lag while it is there,
 //! however soon the others acknowledge.
 //!
 //! A term resumed by a restarted sidecar (`--state-dir`) never ends its
@@ -568,13 +567,13 @@ mod tests {
     #[test]
     fn a_silent_gate_holds_every_release_of_its_terms_to_the_gate_lag() {
         let acks = GateAcks::new(8);
-        let _route = acks.register("routing", true).unwrap();
+        let _silent = acks.register("file-gate-0", true).unwrap();
         let _exec = acks.register("exec-1", false).unwrap();
         acks.term_changed(Some("u/1"), true);
         acks.term_changed(Some("u/1"), false);
         assert_eq!(acks.acknowledge("exec-1", "u/1"), Ack::Counted);
         assert!(!acks.closed_now(), "the silent gate still counts");
-        assert_eq!(acks.acknowledge("routing", "u/1"), Ack::UnknownGate);
+        assert_eq!(acks.acknowledge("file-gate-0", "u/1"), Ack::UnknownGate);
         assert!(acks.still_open().is_empty(), "and is not reported as late");
         // Registered while a term runs: counted for it too.
         let acks = GateAcks::new(8);

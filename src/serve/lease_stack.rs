@@ -145,7 +145,6 @@ impl LeaseStack {
                 state.clone(),
                 config.retry_period,
                 config.lease_duration,
-                &gate_acks,
             )
         });
         let heartbeat = Heartbeat::new();
@@ -231,9 +230,9 @@ impl LeaseStack {
         if let Some(task) = self.recorder {
             let _ = tokio::time::timeout_at(until, task).await;
         }
-        // The slice no longer names this pod (it was taken out when the
-        // step-down was published, during the gate lag), or that could not
-        // be done in time.
+        // The slice lists this pod marked terminating (written when the
+        // step-down was published) or already names the next leader, or
+        // that could not be done in time.
         if let Some(mut task) = self.routing
             && tokio::time::timeout_at(until, &mut task).await.is_err()
         {

@@ -2,30 +2,42 @@
 //! of a Service without a selector lists only the current leader, so the
 //! Service routes to it while every pod's readiness stays honest.
 //!
-//! Driven by the published state, like the HTTP gates:
+//! Make before break. Driven by the published state, like the HTTP gates:
 //! - while this instance leads, the slice lists this pod (its IP, a Pod
-//!   `targetRef`, its node) and nothing else: written at acquisition, and
-//!   only while the term is current;
+//!   `targetRef`, its node; ready, serving, not terminating) and nothing
+//!   else: written at acquisition in one compare-and-swap that *replaces*
+//!   the whole list — whoever was listed before, marked terminating or not,
+//!   is gone in the same write — and only while the term is current;
 //! - when it steps down of its own accord (shutdown, hand-over, unhealthy
-//!   collector), its entry is removed at once, within the gate lag that
-//!   comes before the release; it registers as a gate that never
-//!   acknowledges ([`crate::serve::gate_acks`], id `routing`): kube-proxy
-//!   applies the write later, on every node, and only the whole gate lag
-//!   covers that, however soon the other gates say they closed;
-//! - after it lost the Lease (renew deadline, 403, another holder, a
-//!   deleted Lease) it never writes again in that term: the next leader's
-//!   write replaces its entry.
+//!   collector, rebalance), it stays listed, its entry marked `ready: false,
+//!   serving: true, terminating: true`, and only if the slice still lists it
+//!   (if the next leader wrote first, nothing is written). kube-proxy keeps
+//!   sending to a serving, terminating endpoint while no ready one exists,
+//!   so the Service keeps answering until the next leader's write replaces
+//!   the entry; the slice is never empty during a graceful hand-over. The
+//!   route does not hold the release (it registers no gate): it is the
+//!   switch to the peer, not a gate that must close before the peer starts.
+//!   If no peer takes over (a single replica), the marked entry stays until
+//!   a leader writes the slice again;
+//! - after it lost the Lease without stepping down (renew deadline, 403,
+//!   another holder, a deleted Lease, or a SIGKILL that left no process to
+//!   write) it never writes again in that term: its entry stays as it was,
+//!   ready, until the next leader's write replaces it, at most about a lease
+//!   duration later.
 //!
 //! Every write is a compare-and-swap on the slice just read (a PUT without
-//! `resourceVersion` would overwrite unconditionally), and only `endpoints`
-//! changes: the shipped slice's labels, ports and address type stay. The
-//! slice is not created here (`create` cannot be limited to one name, so
-//! the manifests ship it). While leading, the slice is read again about once
-//! a lease duration, not at every renew. Failures are retried with backoff; a 403 or a
-//! missing slice is logged once per episode, naming verb, resource and name.
+//! `resourceVersion` would overwrite unconditionally), retried on a 409 by
+//! reading again, and only `endpoints` changes: the shipped slice's labels,
+//! ports and address type stay. So a stepping-down leader's mark cannot
+//! overwrite its successor: the successor's write moves the
+//! resourceVersion, the mark's PUT gets 409, the read that follows no longer
+//! lists this pod. The slice is not created here (`create` cannot be
+//! limited to one name, so the manifests ship it). While leading, the slice
+//! is read again about once a lease duration, not at every renew. Failures
+//! are retried with backoff; a 403 or a missing slice is logged once per
+//! episode, naming verb, resource and name.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -39,18 +51,14 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::elector::api_error::ApiError;
 use crate::elector::lease_client::KubeLeaseStore;
-use crate::serve::gate_acks::{GateAcks, Registration};
 use crate::serve::published::LeaderState;
-
-/// The id this task registers under as a gate.
-pub const GATE_ID: &str = "routing";
 
 /// Each request is bounded by this.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// Conflicts in a row (someone else writes the slice too) before backing off.
 const CONFLICTS: u32 = 5;
 /// Stop reasons after which this instance released the Lease itself: its
-/// entry is removed. After any other, it does not write again.
+/// entry is marked terminating. After any other, it does not write again.
 const STEPPED_DOWN: [&str; 4] = [
     "shutdown",
     "handover-requested",
@@ -73,7 +81,8 @@ impl Options {
         format!("{}-leader", self.service)
     }
 
-    /// This pod as the slice lists it: ready, serving, not terminating.
+    /// This pod as the slice lists it while it leads: ready, serving, not
+    /// terminating.
     fn endpoint(&self, namespace: &str) -> Endpoint {
         Endpoint {
             addresses: vec![self.pod_ip.to_string()],
@@ -93,6 +102,27 @@ impl Options {
         }
     }
 
+    /// The endpoint list to write, from the one just read, for `want`.
+    fn next_endpoints(&self, want: Want, namespace: &str, read: &[Endpoint]) -> Vec<Endpoint> {
+        match want {
+            // The whole list, replaced: a stepped-down leader goes in the
+            // same write that names this one.
+            Want::Listed => vec![self.endpoint(namespace)],
+            // This pod's entry marked, the others as they are; nothing to
+            // write (the same list) when the next leader already replaced it.
+            Want::Terminating => read
+                .iter()
+                .cloned()
+                .map(|mut e| {
+                    if self.is_me(&e) {
+                        e.conditions = Some(terminating());
+                    }
+                    e
+                })
+                .collect(),
+        }
+    }
+
     /// Whether `endpoint` is this pod (by address, or by its Pod reference).
     fn is_me(&self, endpoint: &Endpoint) -> bool {
         let ip = self.pod_ip.to_string();
@@ -104,13 +134,25 @@ impl Options {
     }
 }
 
+/// The conditions of a stepped-down leader's entry: not ready, still serving,
+/// terminating. kube-proxy uses such an endpoint only while no ready one
+/// exists, which in this slice is until the next leader's write.
+fn terminating() -> EndpointConditions {
+    EndpointConditions {
+        ready: Some(false),
+        serving: Some(true),
+        terminating: Some(true),
+    }
+}
+
 /// What the slice should say of this pod.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Want {
     /// Only this pod (it leads).
     Listed,
-    /// Not this pod (it stepped down of its own accord).
-    Removed,
+    /// This pod marked terminating, if it is still listed (it stepped down of
+    /// its own accord; the next leader's write replaces it).
+    Terminating,
 }
 
 /// Starts the task; it ends once the publisher is gone (the election ended)
@@ -122,16 +164,8 @@ pub fn spawn(
     state: watch::Receiver<LeaderState>,
     retry_period: Duration,
     lease_duration: Duration,
-    gate_acks: &Arc<GateAcks>,
 ) -> JoinHandle<()> {
-    // Registered before the election starts, so counted for every term;
-    // silent: a stored write says nothing of when kube-proxy stops sending
-    // traffic here.
-    let registration = gate_acks
-        .register(GATE_ID, true)
-        .expect("the first gate fits");
     let router = Router {
-        _gate: registration,
         store,
         name: options.slice_name(),
         namespace,
@@ -157,8 +191,6 @@ struct Router {
     recheck: Duration,
     /// The failure of the current episode, already logged.
     reported: Option<&'static str>,
-    /// Holds every graceful release to the whole gate lag.
-    _gate: Registration,
 }
 
 /// Why a write did not happen.
@@ -187,7 +219,7 @@ impl Failure {
 impl Router {
     async fn run(mut self, mut state: watch::Receiver<LeaderState>) {
         // Whether this process may have listed itself in the current (or
-        // last) term: only then is there an entry of ours to remove.
+        // last) term: only then is there an entry of ours to mark.
         let mut listed = false;
         let mut failures = 0;
         let mut open = true;
@@ -204,7 +236,7 @@ impl Router {
                 if now.leading && !now.valid_for().is_zero() {
                     Some((Want::Listed, now.term.clone()))
                 } else if listed && now.last_stop.is_some_and(|r| STEPPED_DOWN.contains(&r)) {
-                    Some((Want::Removed, None))
+                    Some((Want::Terminating, None))
                 } else {
                     // Lost, not released: never write in that term again.
                     listed = false;
@@ -275,7 +307,7 @@ impl Router {
             let leading = now.leading && !now.valid_for().is_zero();
             match want {
                 Want::Listed => leading && now.term == *term,
-                Want::Removed => !leading,
+                Want::Terminating => !leading,
             }
         };
         let api: Api<EndpointSlice> = Api::namespaced(self.store.client(), &self.namespace);
@@ -286,14 +318,9 @@ impl Router {
             }
             let mut slice = bounded(api.get(&self.name)).await?;
             let endpoints = slice.endpoints.clone();
-            let next: Vec<Endpoint> = match want {
-                Want::Listed => vec![self.options.endpoint(&self.namespace)],
-                Want::Removed => endpoints
-                    .iter()
-                    .filter(|e| !self.options.is_me(e))
-                    .cloned()
-                    .collect(),
-            };
+            let next = self
+                .options
+                .next_endpoints(want, &self.namespace, &endpoints);
             if endpoints == next {
                 return Ok(());
             }
@@ -316,9 +343,9 @@ impl Router {
                             pod_ip = %self.options.pod_ip,
                             "routing: the EndpointSlice lists this pod"
                         ),
-                        Want::Removed => tracing::info!(
+                        Want::Terminating => tracing::info!(
                             slice = %format!("{}/{}", self.namespace, self.name),
-                            "routing: this pod is out of the EndpointSlice"
+                            "routing: the EndpointSlice lists this pod as terminating (still serving) until the next leader replaces it"
                         ),
                     }
                     return Ok(());
@@ -421,6 +448,43 @@ mod tests {
         };
         assert!(!me.is_me(&other.endpoint("monitoring")));
         assert_eq!(me.slice_name(), "statsd-leader");
+    }
+
+    #[test]
+    fn a_new_leader_replaces_the_whole_list_a_stepped_down_one_only_marks_itself() {
+        let me = options();
+        let other = Options {
+            pod_ip: "10.244.2.9".parse().unwrap(),
+            pod_name: "statsd-1".into(),
+            ..options()
+        };
+        let mut old = other.endpoint("monitoring");
+        old.conditions = Some(terminating());
+        // Leading: only this pod, ready, whoever was listed.
+        let listed = me.next_endpoints(Want::Listed, "monitoring", &[old.clone()]);
+        assert_eq!(listed, [me.endpoint("monitoring")]);
+        let conditions = listed[0].conditions.clone().unwrap();
+        assert_eq!(
+            (conditions.ready, conditions.serving, conditions.terminating),
+            (Some(true), Some(true), Some(false))
+        );
+        // Stepped down, still listed: the same entry, marked terminating
+        // (not ready, still serving), nothing else changed.
+        let marked = me.next_endpoints(Want::Terminating, "monitoring", &listed);
+        let mut expected = me.endpoint("monitoring");
+        expected.conditions = Some(terminating());
+        assert_eq!(marked, [expected]);
+        // Stepped down after the next leader wrote: the list as read, so
+        // nothing is written; an empty slice stays empty.
+        let replaced = [other.endpoint("monitoring")];
+        assert_eq!(
+            me.next_endpoints(Want::Terminating, "monitoring", &replaced),
+            replaced
+        );
+        assert!(
+            me.next_endpoints(Want::Terminating, "monitoring", &[])
+                .is_empty()
+        );
     }
 
     #[test]

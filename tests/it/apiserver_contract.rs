@@ -2491,3 +2491,99 @@ async fn recorded_endpoint_slice_exchanges_replay_in_order() {
     }
     ck.finish();
 }
+
+/// Endpoint `conditions` {ready, serving, terminating} as the recordings show the real
+/// server keeps them: stored and returned as sent, key for key. 15 is replayed (ready and
+/// terminating both true: accepted, returned as sent) and 18b (none: stored as `{}`);
+/// then the two entries leader routing writes — a leader ready, serving, not
+/// terminating, and a stepped-down leader not ready, still serving, terminating — go
+/// through a compare-and-swap PUT and come back from it and from a GET as sent; and a
+/// partial object (`{"ready": false}`, what the recorded merge patch of
+/// 10-slice-merge-patch-endpoints left, not replayed here: the fake takes no slice
+/// patch) is not completed. [`Conditions::of`] reads each as kube-proxy does.
+#[tokio::test]
+async fn endpoint_conditions_are_stored_and_returned_as_sent() {
+    let dir = fixtures_dir().join("endpointslices");
+    let api = FakeApiServer::start("proto-es", "unused").await;
+    let token = api.add_client(CLIENT, "sidecar");
+    api.set_role(Role {
+        rules: vec![
+            PolicyRule::new(
+                &["discovery.k8s.io"],
+                &["endpointslices"],
+                &["demo-v-readyterm", "demo-v-noconds"],
+                &["get", "update"],
+            ),
+            PolicyRule::new(&["discovery.k8s.io"], &["endpointslices"], &[], &["create"]),
+        ],
+    });
+    let addr = api.addr();
+    let mut ck = Checker::default();
+    for (file, kube_proxy) in [
+        ("15-ready-and-terminating.txt", (true, true, true)),
+        ("18b-endpoint-without-conditions.txt", (true, true, false)),
+    ] {
+        let ex = parse_exchange(
+            file,
+            &std::fs::read_to_string(dir.join(file)).expect("fixture"),
+        );
+        let resp = raw_request(addr, &ex.method, &ex.path, Some(&token), ex.body.as_deref()).await;
+        ck.eq(file, "status", ex.status, resp.status);
+        let recorded = ex.response_json();
+        let ours = resp.json();
+        ck.eq(
+            file,
+            "endpoints",
+            &recorded["endpoints"],
+            &ours["endpoints"],
+        );
+        let read = Conditions::of(&ours["endpoints"][0]);
+        ck.eq(
+            file,
+            "as kube-proxy reads it",
+            kube_proxy,
+            (read.ready, read.serving, read.terminating),
+        );
+    }
+    ck.finish();
+    // kube-proxy uses a ready endpoint whatever `terminating` says (15), and a
+    // serving, terminating one only while no endpoint is ready.
+    let recorded_15 = Conditions {
+        ready: true,
+        serving: true,
+        terminating: true,
+    };
+    assert!(recorded_15.used_among(&[recorded_15]));
+    assert!(Conditions::TERMINATING.used_among(&[Conditions::TERMINATING]));
+    assert!(!Conditions::TERMINATING.used_among(&[Conditions::TERMINATING, Conditions::READY]));
+
+    let path = "/apis/discovery.k8s.io/v1/namespaces/proto-es/endpointslices/demo-v-readyterm";
+    for conditions in [
+        json!({"ready": true, "serving": true, "terminating": false}),
+        json!({"ready": false, "serving": true, "terminating": true}),
+        json!({"ready": false}),
+    ] {
+        let mut slice = raw_request(addr, "GET", path, Some(&token), None)
+            .await
+            .json();
+        slice["endpoints"][0]["conditions"] = conditions.clone();
+        let put = raw_request(addr, "PUT", path, Some(&token), Some(&slice.to_string())).await;
+        assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+        let got = raw_request(addr, "GET", path, Some(&token), None)
+            .await
+            .json();
+        for (what, obj) in [("PUT", put.json()), ("GET", got)] {
+            assert_eq!(obj["endpoints"][0]["conditions"], conditions, "{what}");
+            // The rest of the endpoint stays as the POST of 15 left it.
+            assert_eq!(obj["endpoints"][0]["targetRef"]["name"], "demo-0", "{what}");
+        }
+    }
+    // A stale resourceVersion is refused as for any other change (08).
+    let mut stale = raw_request(addr, "GET", path, Some(&token), None)
+        .await
+        .json();
+    stale["metadata"]["resourceVersion"] = json!("1");
+    stale["endpoints"][0]["conditions"] = json!({"ready": true});
+    let put = raw_request(addr, "PUT", path, Some(&token), Some(&stale.to_string())).await;
+    assert_eq!(put.status, 409);
+}

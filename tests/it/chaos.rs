@@ -70,7 +70,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::events::EventClient;
-use support::fake_apiserver::{FakeApiServer, Fault, FaultKind, Resource, Verb, lease_holder};
+use support::fake_apiserver::{
+    Conditions, FakeApiServer, Fault, FaultKind, Resource, Verb, lease_holder,
+};
 use support::history::{
     Bounds, End, FaultSpan, History, Incarnation, LEASE_DELETED, Message, Probe, SliceWrite,
     StreamEnd, StreamEvent, Verdict, Violation, WallMap, check, failure_report, rel,
@@ -1753,6 +1755,8 @@ impl Chaos {
             .map(|r| SliceWrite {
                 instance: r.client,
                 received: r.at,
+                marked: !r.conditions.is_empty()
+                    && r.conditions.iter().all(|c| *c == Conditions::TERMINATING),
                 lists: r.lists,
             })
             .collect()
@@ -1810,7 +1814,8 @@ impl Chaos {
              processes: {procs}; probes: {probes} ({unanswered} unanswered)\n\
              overlaps: {overlaps}\n\
              slice writes: {listing} listing a pod, each checked against its terms ({margin:?} \
-             of the {eps:?} allowed used), {empty} listing nobody; routing violations: {routing}\n\
+             of the {eps:?} allowed used), {marked} marking its writer terminating, {empty} listing nobody; \
+             routing violations: {routing}\n\
              starts blind to a just-deleted Lease (counted apart, see history.rs): {blind:?}\n\
              longest leaderless gap after healing: {gap} (bound {bound:?}); longest gap overall: {raw}\n\
              successor crashes: {kills} {kill_kinds:?} (skipped, no live successor named: {kills_skipped})\n\
@@ -1830,6 +1835,7 @@ impl Chaos {
             seed = self.seed,
             listing = verdict.slice_writes_listing,
             empty = verdict.slice_writes_empty,
+            marked = verdict.slice_writes_marked,
             margin = verdict.slice_write_margin_used,
             eps = EPSILON,
             blind = verdict.blind_after_deletion,
@@ -2060,6 +2066,18 @@ mod history_checker {
                 instance: name.into(),
                 received: self.at(ms),
                 lists: lists.iter().map(|p| (*p).to_owned()).collect(),
+                marked: false,
+            });
+            self
+        }
+
+        /// `name` marked itself terminating in the slice at `ms` (a step-down).
+        fn slice_mark(mut self, name: &str, ms: u64) -> Synth {
+            self.h.slice_writes.push(SliceWrite {
+                instance: name.into(),
+                received: self.at(ms),
+                lists: vec![name.to_owned()],
+                marked: true,
             });
             self
         }
@@ -2433,6 +2451,21 @@ mod history_checker {
         };
         assert_eq!(silent(3_500).rules(), Vec::<&str>::new());
         assert_eq!(silent(5_500).rules(), ["routing"]);
+    }
+
+    #[test]
+    fn a_step_down_mark_after_a_term_breaks_no_rule_one_before_any_term_does() {
+        // a marks itself terminating as it steps down, and again long after
+        // (a retried write): the next leader's compare-and-swap replaces it.
+        let s = handover()
+            .slice_write("a", 100, &["a"])
+            .slice_mark("a", 3_000)
+            .slice_mark("a", 9_000)
+            .slice_write("b", 5_050, &["b"]);
+        assert_eq!(s.rules(), Vec::<&str>::new());
+        assert_eq!(check(&s.h, &bounds()).slice_writes_marked, 2);
+        // b never led before this mark.
+        assert_eq!(handover().slice_mark("b", 2_000).rules(), ["routing"]);
     }
 
     #[test]

@@ -82,9 +82,10 @@ mod status;
 mod store;
 mod watch;
 
+#[allow(unused_imports)]
+pub use endpoint_slices::Conditions;
 #[allow(unused_imports)] // not every test binary uses every name
 pub use rbac::{Attributes, MANIFEST_LEASE_NAME, PolicyRule, RBAC_MANIFEST, Role};
-#[allow(unused_imports)]
 pub use store::StoreSnapshot;
 
 use std::collections::HashMap;
@@ -278,6 +279,9 @@ pub struct RequestRecord {
     /// endpoint's `targetRef` name, or its first address when it has none); empty when
     /// it lists nobody, and for every other request.
     pub lists: Vec<String>,
+    /// For an EndpointSlice create or update: the conditions of each endpoint in
+    /// [`Self::lists`], in the same order, as kube-proxy reads them.
+    pub conditions: Vec<Conditions>,
 }
 
 /// Counters of what the fake API servers sent, see [`FakeApiServer::traffic`].

@@ -82,8 +82,11 @@
 //!    lists nobody else, and was received while X led one of its terms as
 //!    its own stream shows (from the term's start to its end, as rule 3
 //!    defines them) or its probes do (within the bounds of one of its runs
-//!    of 200s, as rule 2 draws them), widened by ε. A write that lists
-//!    nobody (a step-down's removal) breaks no rule. Rule 5 judges the
+//!    of 200s, as rule 2 draws them), widened by ε. A write that lists X
+//!    only marked terminating (not ready, still serving: a graceful
+//!    step-down's mark, which kube-proxy uses only while no ready endpoint
+//!    exists) was written by X itself, lists nobody else, and was received
+//!    after X began a leadership. A write that lists nobody breaks no rule. Rule 5 judges the
 //!    sending of a write, not when the server applied it: a write held by a
 //!    fault lands later, and the compare-and-swap makes it fail if the next
 //!    leader wrote first.
@@ -227,6 +230,9 @@ pub struct SliceWrite {
     pub received: Instant,
     /// The pods it lists (empty: nobody).
     pub lists: Vec<String>,
+    /// It lists its pods marked terminating (`ready: false, serving: true,
+    /// terminating: true`), every one of them: a step-down's mark.
+    pub marked: bool,
 }
 
 /// The timing the bounds derive from.
@@ -310,6 +316,8 @@ pub struct Verdict {
     pub slice_writes_listing: usize,
     /// Slice writes that list nobody.
     pub slice_writes_empty: usize,
+    /// Slice writes that mark their writer terminating (a step-down).
+    pub slice_writes_marked: usize,
     /// The farthest a write that passed rule 5 lay outside its writer's
     /// leadership (zero: every write was inside one, ε unused).
     pub slice_write_margin_used: Duration,
@@ -1048,6 +1056,19 @@ fn check_slice(history: &History, bounds: &Bounds, terms: &[StreamTerm], verdict
         if *pod != write.instance {
             continue; // a violation above, whoever leads
         }
+        if write.marked {
+            // A step-down's mark: after a leadership of the writer began.
+            verdict.slice_writes_marked += 1;
+            let led_before = led
+                .get(pod.as_str())
+                .is_some_and(|spans| spans.iter().any(|(from, _)| *from <= write.received + eps));
+            if !led_before {
+                push(format!(
+                    "{pod} marked itself terminating in the slice (received {at}) before it ever led"
+                ));
+            }
+            continue;
+        }
         match outside(pod, write.received) {
             Some(d) if d <= eps => margin = margin.max(d),
             _ => {
@@ -1138,8 +1159,10 @@ pub fn render(history: &History, at: Instant, window: Duration) -> String {
         lines.push((
             w.received,
             format!(
-                "SLICE  {} wrote the slice listing {:?}",
-                w.instance, w.lists
+                "SLICE  {} wrote the slice listing {:?}{}",
+                w.instance,
+                w.lists,
+                if w.marked { " marked terminating" } else { "" }
             ),
         ));
     }

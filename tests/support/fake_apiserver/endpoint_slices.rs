@@ -10,6 +10,12 @@
 //!   allows it, unlike Leases);
 //! * `"endpoints": []` is stored and read back as `null` (18c); a missing `conditions` is
 //!   stored as `{}` (18b);
+//! * `conditions` {`ready`, `serving`, `terminating`} are stored and returned as sent,
+//!   key for key: contradictory ones are accepted (15: `ready` and `terminating` both
+//!   true), and one that names only some is not completed (10: `{"ready": false}` comes
+//!   back alone). [`Conditions::of`] reads them as kube-proxy does (a missing `ready` or
+//!   `serving` is true, a missing `terminating` false), for tests to judge what a
+//!   version of the slice routes to;
 //! * validation (422 `Invalid`, details kind `EndpointSlice`): `addressType` required (18)
 //!   and immutable (18d); addresses must be IPs of the slice's family without leading zeros
 //!   (13, 13b, 13c) and not loopback (12); port names must be RFC 1123 labels (16). A port
@@ -32,6 +38,49 @@ use super::store::{Store, k8s_time_now, random_uid};
 pub(super) const GROUP: &str = "discovery.k8s.io";
 pub(super) const RESOURCE: &str = "endpointslices";
 const QUALIFIED: &str = "endpointslices.discovery.k8s.io";
+
+/// An endpoint's conditions as kube-proxy reads them
+/// (`pkg/proxy/endpointslicecache.go:211-213`, in the recordings' README): a missing
+/// `ready` or `serving` is true, a missing `terminating` false.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conditions {
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+}
+
+impl Conditions {
+    /// A leader's own entry: ready, serving, not terminating.
+    pub const READY: Self = Self {
+        ready: true,
+        serving: true,
+        terminating: false,
+    };
+    /// A stepped-down leader's entry: not ready, still serving, terminating.
+    pub const TERMINATING: Self = Self {
+        ready: false,
+        serving: true,
+        terminating: true,
+    };
+
+    /// The conditions of `endpoint` (one element of a slice's `endpoints`).
+    pub fn of(endpoint: &Value) -> Self {
+        let conditions = &endpoint["conditions"];
+        let flag = |name: &str, missing: bool| conditions[name].as_bool().unwrap_or(missing);
+        Self {
+            ready: flag("ready", true),
+            serving: flag("serving", true),
+            terminating: flag("terminating", false),
+        }
+    }
+
+    /// Whether kube-proxy sends traffic to it in a slice with these
+    /// `others` (`pkg/proxy/topology.go:41-42`): a ready endpoint always, a
+    /// serving and terminating one only while no endpoint is ready.
+    pub fn used_among(self, all: &[Self]) -> bool {
+        self.ready || (self.serving && self.terminating && !all.iter().any(|c| c.ready))
+    }
+}
 
 /// The slices, by namespace and name, and every version each one had.
 #[derive(Default)]

@@ -15,7 +15,7 @@ use super::http::{self, Request};
 use super::rbac::Attributes;
 use super::status::{self, ApiError};
 use super::store::{Filter, LabelReq, to_json};
-use super::{FaultKind, Inner, RequestRecord, Resource, Verb, watch};
+use super::{Conditions, FaultKind, Inner, RequestRecord, Resource, Verb, watch};
 
 /// Accepts connections until told to stop; then closes the listener and every connection.
 pub(super) async fn accept_loop(
@@ -185,19 +185,20 @@ fn selector_name(req: &Request) -> Option<String> {
     f.name
 }
 
-/// The pods an EndpointSlice body lists, for [`RequestRecord::lists`].
-fn listed_pods(body: &[u8]) -> Vec<String> {
+/// The pods an EndpointSlice body lists, for [`RequestRecord::lists`], with
+/// their conditions, for [`RequestRecord::conditions`].
+fn listed_pods(body: &[u8]) -> (Vec<String>, Vec<Conditions>) {
     let body = serde_json::from_slice::<Value>(body).unwrap_or_default();
     let endpoints = body["endpoints"].as_array().cloned().unwrap_or_default();
     endpoints
         .iter()
         .filter_map(|e| {
-            e["targetRef"]["name"]
+            let pod = e["targetRef"]["name"]
                 .as_str()
-                .or_else(|| e["addresses"][0].as_str())
-                .map(str::to_string)
+                .or_else(|| e["addresses"][0].as_str())?;
+            Some((pod.to_string(), Conditions::of(e)))
         })
-        .collect()
+        .unzip()
 }
 
 /// The identity behind a request.
@@ -249,6 +250,10 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
     };
     let rec = {
         let mut st = inner.lock();
+        let listed = match (route.resource, route.verb) {
+            (Some(Resource::EndpointSlices), Verb::Create | Verb::Update) => listed_pods(&req.body),
+            _ => (Vec::new(), Vec::new()),
+        };
         st.log.push(RequestRecord {
             at: Instant::now(),
             wall: SystemTime::now(),
@@ -266,12 +271,8 @@ async fn handle(inner: &Arc<Inner>, req: Request, w: &mut OwnedWriteHalf) -> boo
                     .and_then(|b| b["spec"]["holderIdentity"].as_str().map(str::to_string)),
                 _ => None,
             },
-            lists: match (route.resource, route.verb) {
-                (Some(Resource::EndpointSlices), Verb::Create | Verb::Update) => {
-                    listed_pods(&req.body)
-                }
-                _ => Vec::new(),
-            },
+            lists: listed.0,
+            conditions: listed.1,
         });
         st.log_offset + st.log.len() - 1
     };
