@@ -629,16 +629,14 @@ impl ServeArgs {
         let collector_not_running =
             (!collector_not_running_after.is_zero()).then_some(collector_not_running_after);
         if let Some(bound) = collector_not_running
-            && bound < 2 * retry_period
+            && bound < Duration::from_secs(1)
         {
-            // The gates' word arrives at once; the bound only needs to
-            // outlast a restart of the gate.
+            // It must outlast the restart of a gate, which takes longer.
             return Err(invalid(
                 "--collector-not-running-after",
                 format!(
-                    "must be 0 (off) or at least 2 x --retry-period ({bound} < 2 x {retry_period})",
+                    "must be 0 (off) or at least 1s ({bound} < 1s)",
                     bound = HumanDuration(bound),
-                    retry_period = HumanDuration(retry_period),
                 ),
             ));
         }
@@ -973,6 +971,22 @@ mod tests {
         assert_eq!(grace, DEFAULT_GRACE);
         assert!(grace < margin, "exec --grace {grace:?} within {margin:?}");
         assert_eq!(check_grace(grace), Ok(None), "no warning by default");
+    }
+
+    #[test]
+    fn the_collector_not_running_bound_is_off_at_0_and_without_acknowledgements() {
+        let bound = |extra: &[&str]| args(extra).map(|c| c.collector_not_running);
+        assert_eq!(
+            bound(&["--collector-not-running-after", "2m"]),
+            Ok(Some(Duration::from_secs(120)))
+        );
+        assert_eq!(bound(&["--collector-not-running-after", "0"]), Ok(None));
+        assert_eq!(bound(&["--gate-acks", "false"]), Ok(None));
+        let error = bound(&["--collector-not-running-after", "500ms"]).unwrap_err();
+        assert!(
+            error.contains("--collector-not-running-after") && error.contains("at least 1s"),
+            "{error}"
+        );
     }
 
     #[test]
