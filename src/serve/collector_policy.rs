@@ -30,7 +30,11 @@
 //! every crash loop is soon "not running" for longer than any bound of a
 //! minute or two, while a collector that exits once and is restarted at
 //! once never is. Running without a break for `not_running` is the pass of
-//! this input: it ends the episode.
+//! this input: it ends the episode. A leader whose collector is known
+//! broken when its term starts (every peer's failed too, so it got the
+//! Lease back) keeps it longer: `not_running` doubled per episode, up to
+//! [`MAX_DOUBLINGS`] times, so a group whose every collector fails hands
+//! the Lease round ever more slowly instead of flapping.
 //!
 //! Pure: every input comes with its instant; the task in
 //! [`crate::serve::collector_health`] feeds it and publishes the verdict.
@@ -41,6 +45,10 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::serve::collector_health::Tracker;
+
+/// A term's `not_running` bound doubles per episode of its instance at
+/// most this many times (8 × the bound: 4 minutes with the default 30 s).
+pub const MAX_DOUBLINGS: u32 = 3;
 
 /// Settings of the policy.
 #[derive(Clone, Copy, Debug)]
@@ -122,6 +130,9 @@ struct Term {
     not_running_since: Option<Instant>,
     /// Since when its gates say that something runs, without a break.
     running_since: Option<Instant>,
+    /// Nothing running for this long ends it: `not_running`, doubled per
+    /// episode at its start.
+    bound: Option<Duration>,
 }
 
 impl Term {
@@ -142,6 +153,10 @@ impl Term {
             }
         }
     }
+}
+
+fn term_bound(term: Option<Term>) -> Option<Duration> {
+    term?.bound
 }
 
 /// The stand-back wait: `first`, doubling per episode, up to `max`; a
@@ -225,6 +240,10 @@ impl Policy {
                     counted: false,
                     not_running_since: None,
                     running_since: None,
+                    bound: self
+                        .settings
+                        .not_running
+                        .map(|bound| bound * 2u32.pow(self.episodes.min(MAX_DOUBLINGS))),
                 };
                 term.gates(self.running, now);
                 self.term = Some(term);
@@ -253,7 +272,7 @@ impl Policy {
                 // It ran without a break for the bound: this input's pass.
                 self.episodes = 0;
             }
-            let verdict = if let (Some(bound), Some(since)) = (not_running, term.not_running_since)
+            let verdict = if let (Some(bound), Some(since)) = (term.bound, term.not_running_since)
                 && now >= since + bound
             {
                 Verdict::NotRunning
@@ -291,17 +310,19 @@ impl Policy {
     /// The next instant after `now` at which the verdict may change without
     /// an input.
     pub fn next_change(&self, now: Instant) -> Option<Instant> {
-        if let (Some(term), Some(bound)) = (self.term, self.settings.not_running) {
+        if let (Some(term), Some(bound), Some(pass)) =
+            (self.term, term_bound(self.term), self.settings.not_running)
+        {
             let gates = [
-                term.not_running_since,
+                term.not_running_since.map(|since| since + bound),
                 term.running_since
-                    .filter(|_| self.episodes > 0 && self.not_running_episode),
+                    .filter(|_| self.episodes > 0 && self.not_running_episode)
+                    .map(|since| since + pass),
             ];
             let health = (!term.passed).then(|| term.started + self.settings.grace);
             return gates
                 .into_iter()
                 .flatten()
-                .map(|since| since + bound)
                 .chain(health)
                 .filter(|at| *at > now)
                 .min();
@@ -582,16 +603,21 @@ mod tests {
     }
 
     #[test]
-    fn with_every_collector_down_terms_last_the_bound_and_the_wait_doubles_until_one_runs() {
+    fn with_every_collector_down_terms_and_waits_double_until_one_runs() {
         let t0 = Instant::now();
         let mut policy = Policy::new(gates_only(), t0);
         let mut at = t0;
         let mut waits = Vec::new();
+        let mut terms = Vec::new();
         for _ in 0..5 {
             policy.role(LEADING, at);
             policy.gates_running(Some(false), at);
-            assert_eq!(policy.verdict(at + 9 * S), Verdict::MayLead, "never sooner");
-            at += 10 * S;
+            let Some(end) = policy.next_change(at) else {
+                panic!("the term ends")
+            };
+            terms.push((end - at).as_secs());
+            assert_eq!(policy.verdict(end - S), Verdict::MayLead, "never sooner");
+            at = end;
             assert_eq!(policy.verdict(at), Verdict::NotRunning);
             policy.role(LEADERLESS, at);
             let Verdict::StandingBack { wait } = policy.verdict(at) else {
@@ -607,6 +633,8 @@ mod tests {
             );
         }
         assert_eq!(waits, [4, 8, 15, 15, 15]);
+        // Each term of a known broken collector lasts longer: no flapping.
+        assert_eq!(terms, [10, 20, 40, 80, 80]);
         // It runs again: a start alone proves nothing, a run of the bound
         // without a break ends the episode.
         policy.role(LEADING, at);
