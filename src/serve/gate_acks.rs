@@ -20,8 +20,8 @@
 //! leads, *nothing runs* when every gate registered for the term that can
 //! acknowledge has acknowledged it mid-term (`exec` does when its child
 //! exited on its own and its tree is reaped, `file-gate` when it exits), or
-//! none is connected although one that can acknowledge has registered here
-//! before (a crash-looping `exec` between two restarts). Silent gates say
+//! none is connected although a gate has acknowledged a term here before (a
+//! crash-looping `exec` between two restarts). Silent gates say
 //! nothing either way; with none that can tell, or acknowledgements off, it
 //! is unknown.
 //!
@@ -86,8 +86,9 @@ struct Inner {
     term: Option<TermGates>,
     /// The term resumed from a previous process of this sidecar, if any.
     resumed: Option<String>,
-    /// A gate that can acknowledge registered here once: its absence says
-    /// that nothing runs.
+    /// A gate acknowledged a term here once (so it is one that can tell,
+    /// not a passing subscriber): the absence of every gate says that
+    /// nothing runs.
     told: bool,
 }
 
@@ -285,7 +286,6 @@ impl GateAcks {
                 term.open.insert(gate.clone());
             }
         }
-        inner.told |= !silent;
         self.publish_running(&inner);
         Ok(Registration {
             acks: self.clone(),
@@ -365,6 +365,7 @@ impl GateAcks {
             gates.closed.retain(|id| connected.contains_key(id));
         }
         inner.gone_since.remove(&gate);
+        inner.told = true;
         self.publish_running(inner);
         drop(guard);
         self.changed.send_modify(|n| *n += 1);
@@ -799,6 +800,12 @@ mod tests {
         let _route = acks.register("routing", true).unwrap();
         acks.term_changed(Some("t/1"), true);
         assert_eq!(*running.borrow(), None, "a silent gate cannot tell");
+        // A subscriber that came and went between terms proves nothing.
+        let acks = GateAcks::new(8);
+        let running = acks.running();
+        drop(acks.register("passing", false).unwrap());
+        acks.term_changed(Some("t/1"), true);
+        assert_eq!(*running.borrow(), None, "nobody ever acknowledged here");
         let exec = acks.register("exec-1", false).unwrap();
         assert_eq!(*running.borrow(), Some(true));
         // The child exited on its own: exec acknowledges, then exits.
