@@ -298,3 +298,52 @@ async fn with_every_collector_crash_looping_the_group_keeps_a_leader_and_terms_g
     log.assert_never_two_at_once();
     monitor.assert_no_overlap();
 }
+
+/// Exits 2 on its first run (when `$LOG.once` is missing), then runs as
+/// [`COLLECTOR`] does.
+const CRASHES_ONCE: &str = r#"
+note() { echo "$1 $NAME $LEADER_GATE_TERM $(date +%s.%N) $$" >> "$LOG"; }
+if [ ! -e "$LOG.once" ]; then
+    : > "$LOG.once"
+    note start
+    note stop
+    exit 2
+fi
+trap 'note stop; exit 0' TERM
+note start
+while kill -0 "$PPID" 2>/dev/null; do sleep 0.05; done
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_exits_once_and_is_restarted_within_the_bound_keeps_the_lease() {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("crash-once");
+    let log = ChildLog(dir.join("children.log"));
+    let a = sidecar(&api, &dir, "a");
+    a.wait_serving().await;
+    let term = a
+        .wait_leading(TIMING.lease * 2)
+        .await
+        .term()
+        .unwrap()
+        .to_owned();
+    let mut stream = EventClient::connect(a.gate, None).await;
+    let _exec = Kubelet::start(&dir, "a", &a, &log.0, CRASHES_ONCE);
+    // The crash, then the run after the restart (within RESTART_FIRST).
+    let runs = |log: &ChildLog| log.entries().iter().filter(|e| e.what == "start").count();
+    let deadline = Instant::now() + TIMING.lease * 2;
+    while runs(&log) < 2 {
+        assert!(Instant::now() < deadline, "not restarted\n{}", log.text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopped = stream.next_of("stopped-leading", BOUND * 3).await;
+    assert!(stopped.is_none(), "stepped down: {stopped:?}\n{}", a.log());
+    let probe = a.leader().await.unwrap();
+    assert!(probe.leading());
+    assert_eq!(probe.term(), Some(term.as_str()), "the same term");
+    assert!(
+        metrics(&a)
+            .await
+            .contains(&format!("{WITHOUT_COLLECTOR}0\n"))
+    );
+}
