@@ -190,7 +190,7 @@ pub async fn run(
         }
         let now = policy.verdict(Instant::now());
         if now != verdict {
-            log_verdict(verdict, now, not_running);
+            log_verdict(verdict, now, not_running, policy.not_running_episode());
             verdict = now;
         }
         let published = match verdict {
@@ -264,8 +264,19 @@ fn log_check(
 }
 
 /// Says why this instance stops or starts being fit to lead.
-fn log_verdict(before: Verdict, now: Verdict, not_running: Option<Duration>) {
+fn log_verdict(
+    before: Verdict,
+    now: Verdict,
+    not_running: Option<Duration>,
+    not_running_episode: bool,
+) {
     match (before, now) {
+        (Verdict::StandingBack { wait }, Verdict::MayLead) if not_running_episode => {
+            tracing::warn!(
+                ?wait,
+                "the group has had no leader for the wait: contending although this pod's collector did not run while it last led"
+            )
+        }
         (_, Verdict::NotRunning) => tracing::warn!(
             bound = ?not_running.unwrap_or_default(),
             "the gates have said for --collector-not-running-after that nothing of this pod's term runs (the collector exited and was not started again, e.g. it crash-loops): releasing the lease for a peer"
