@@ -112,6 +112,20 @@ LeaderGateTargetsAbsent: fires during a rollout that replaces every pod (absent,
           absent_over_time(leader_gate_build_info{job="monitoring/leader-gate"}[5m])
 =>
           absent(leader_gate_build_info{job="monitoring/leader-gate"})
+%%
+LeaderGateCollectorNotRunning: the seconds between two failing leaders reset `for` (no max_over_time)
+          max by (namespace, lease) (
+            max_over_time(leader_gate_leading_without_collector[1m])
+          ) == 1
+=>
+          max by (namespace, lease) (leader_gate_leading_without_collector) == 1
+%%
+LeaderGateCollectorNotRunning: fires for a collector restarted at once (no `for`)
+          ) == 1
+        for: 5m
+=>
+          ) == 1
+        for: 0s
 EOF_M
 )
 cp "$TESTS" "$work/"

@@ -249,6 +249,15 @@ pub struct ServeArgs {
     #[arg(long, env = "LEADER_GATE_COLLECTOR_HEALTH_GRACE", default_value = "30s", value_parser = parse_duration)]
     pub collector_health_grace: Duration,
 
+    /// A leader releases the Lease when every gate of its term that can
+    /// tell (exec, file-gate with --reload-url) has said for this long,
+    /// without a break, that nothing of the term runs — a collector that
+    /// exited under `leader-gate exec` and was not started again, as in a
+    /// crash loop; the pod then stands back as for a failed health check.
+    /// 0 turns it off. Needs --gate-acks.
+    #[arg(long, env = "LEADER_GATE_COLLECTOR_NOT_RUNNING_AFTER", default_value = "30s", value_parser = parse_duration)]
+    pub collector_not_running_after: Duration,
+
     /// Record a Kubernetes Event about the Lease on each start and stop of
     /// this instance ("X became leader"), as client-go does; best-effort.
     /// Needs `create` on `events` in the Lease's namespace.
@@ -408,6 +417,9 @@ pub struct ServeConfig {
     pub log_format: LogFormat,
     /// The collector health check, if configured.
     pub collector_health: Option<collector_health::Options>,
+    /// `--collector-not-running-after`, `None` when 0 or without
+    /// `--gate-acks` (the gates' word is then unknown).
+    pub collector_not_running: Option<Duration>,
     /// Record Kubernetes Events about the Lease (`--record-events`).
     pub record_events: bool,
     /// `--state-dir`.
@@ -451,6 +463,7 @@ impl ServeArgs {
             collector_health_url,
             collector_health_failures,
             collector_health_grace,
+            collector_not_running_after,
             record_events,
             state_dir,
             successor_claim_window,
@@ -613,6 +626,20 @@ impl ServeArgs {
                 ),
             ));
         }
+        let collector_not_running =
+            (!collector_not_running_after.is_zero()).then_some(collector_not_running_after);
+        if let Some(bound) = collector_not_running
+            && bound < Duration::from_secs(1)
+        {
+            // It must outlast the restart of a gate, which takes longer.
+            return Err(invalid(
+                "--collector-not-running-after",
+                format!(
+                    "must be 0 (off) or at least 1s ({bound} < 1s)",
+                    bound = HumanDuration(bound),
+                ),
+            ));
+        }
         let collector_health = collector_health_url
             .map(|url| {
                 let url = collector_health::parse_url(&url)
@@ -655,6 +682,7 @@ impl ServeArgs {
             events_keep_alive,
             log_format,
             collector_health,
+            collector_not_running: collector_not_running.filter(|_| gate_acks),
             record_events,
             state_dir,
             successor_claim_window,
@@ -900,6 +928,11 @@ mod tests {
             "no health check by default"
         );
         assert!(!config.record_events, "no Kubernetes Events by default");
+        assert_eq!(
+            config.collector_not_running,
+            Some(Duration::from_secs(30)),
+            "a leader whose gates say nothing runs releases by default"
+        );
     }
 
     fn exec_grace(extra: &[&str]) -> Duration {
@@ -938,6 +971,22 @@ mod tests {
         assert_eq!(grace, DEFAULT_GRACE);
         assert!(grace < margin, "exec --grace {grace:?} within {margin:?}");
         assert_eq!(check_grace(grace), Ok(None), "no warning by default");
+    }
+
+    #[test]
+    fn the_collector_not_running_bound_is_off_at_0_and_without_acknowledgements() {
+        let bound = |extra: &[&str]| args(extra).map(|c| c.collector_not_running);
+        assert_eq!(
+            bound(&["--collector-not-running-after", "2m"]),
+            Ok(Some(Duration::from_secs(120)))
+        );
+        assert_eq!(bound(&["--collector-not-running-after", "0"]), Ok(None));
+        assert_eq!(bound(&["--gate-acks", "false"]), Ok(None));
+        let error = bound(&["--collector-not-running-after", "500ms"]).unwrap_err();
+        assert!(
+            error.contains("--collector-not-running-after") && error.contains("at least 1s"),
+            "{error}"
+        );
     }
 
     #[test]

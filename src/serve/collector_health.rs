@@ -12,6 +12,12 @@
 //!   for a new leader's collector, standing back for a broken one) is the
 //!   policy's.
 //!
+//! The same task feeds the policy the gates' word on whether the collector
+//! runs at all ([`GateAcks::running`]) when `--collector-not-running-after`
+//! is set (the default): it runs without a health URL too.
+//!
+//! [`GateAcks::running`]: crate::serve::gate_acks::GateAcks::running
+//!
 //! One fresh plain-hyper connection per check, driven inside the check and
 //! dropped with it: a local endpoint asked once per retry period needs no
 //! pool, and nothing of a hung check outlives its timeout.
@@ -27,6 +33,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior, sleep_until};
 use tokio_util::sync::CancellationToken;
 
+use crate::elector::machine::CollectorVerdict;
 use crate::serve::collector_policy::{self, Policy, Role, Verdict};
 use crate::serve::published::LeaderState;
 
@@ -43,6 +50,18 @@ pub struct Options {
     pub grace: Duration,
     /// The lease duration: the longest a known broken collector's instance
     /// stands back from a leaderless group.
+    pub lease_duration: Duration,
+}
+
+/// Everything the policy hears besides the role: the health check, the
+/// gates, or both.
+pub struct Inputs {
+    pub health: Option<Options>,
+    /// `--collector-not-running-after`, and the gates' word on whether
+    /// anything of the term runs.
+    pub not_running: Option<(Duration, watch::Receiver<Option<bool>>)>,
+    /// The stand-back wait starts at twice this.
+    pub retry_period: Duration,
     pub lease_duration: Duration,
 }
 
@@ -72,49 +91,69 @@ pub fn parse_url(text: &str) -> Result<Uri, String> {
     Ok(uri)
 }
 
-/// Starts the checking task, which ends with `shutdown`. The receiver holds
+/// Starts the policy's task, which ends with `shutdown`. The receiver holds
 /// whether this instance may lead (see [`collector_policy`]), judged from
-/// the checks and this instance's role as `state` publishes it: `true` at
+/// the inputs and this instance's role as `state` publishes it: fit at
 /// first, since a follower's collector may not run before it leads.
 pub fn spawn(
-    options: Options,
+    inputs: Inputs,
     state: watch::Receiver<LeaderState>,
     shutdown: CancellationToken,
-) -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(true);
-    tokio::spawn(run(options, state, tx, shutdown));
+) -> watch::Receiver<CollectorVerdict> {
+    let (tx, rx) = watch::channel(CollectorVerdict::Fit);
+    tokio::spawn(run(inputs, state, tx, shutdown));
     rx
 }
 
-/// Checks every period, feeds the results and the role to the policy, and
-/// publishes its verdict on change, until `shutdown`.
+/// Checks every period, feeds the results, the gates' word and the role to
+/// the policy, and publishes its verdict on change, until `shutdown`.
 pub async fn run(
-    options: Options,
+    inputs: Inputs,
     mut state: watch::Receiver<LeaderState>,
-    tx: watch::Sender<bool>,
+    tx: watch::Sender<CollectorVerdict>,
     shutdown: CancellationToken,
 ) {
-    let Options {
+    let Inputs {
+        health,
+        not_running,
+        retry_period,
+        lease_duration,
+    } = inputs;
+    let (not_running, mut running) = match not_running {
+        Some((bound, running)) => (Some(bound), Some(running)),
+        None => (None, None),
+    };
+    if let Some(Options {
         url,
         failures,
         period,
         grace,
-        lease_duration,
-    } = options;
-    tracing::info!(%url, failures, ?period, ?grace, "checking the collector's health: a new leader gives its collector --collector-health-grace to pass, and releases the lease when it does not or when it fails --collector-health-failures times in a row");
+        ..
+    }) = &health
+    {
+        tracing::info!(%url, failures, ?period, ?grace, "checking the collector's health: a new leader gives its collector --collector-health-grace to pass, and releases the lease when it does not or when it fails --collector-health-failures times in a row");
+    }
     let mut policy = Policy::new(
         collector_policy::Settings {
-            failures,
-            grace,
-            first_wait: 2 * period,
+            health_checks: health.is_some(),
+            failures: health.as_ref().map_or(1, |h| h.failures),
+            grace: health.as_ref().map_or(Duration::ZERO, |h| h.grace),
+            first_wait: 2 * retry_period,
             lease_duration,
+            not_running,
         },
         Instant::now(),
     );
     let (results, mut checked) = mpsc::channel(1);
     // Checks run on their own schedule: a change of role never cuts one short.
-    let checker = tokio::spawn(check_every(url.clone(), period, results));
-    let _stop_checker = AbortOnDrop(checker);
+    let _stop_checker = health.as_ref().map(|health| {
+        AbortOnDrop(tokio::spawn(check_every(
+            health.url.clone(),
+            health.period,
+            results,
+        )))
+    });
+    let url = health.map(|h| h.url);
     let mut verdict = Verdict::MayLead;
     loop {
         let change = policy.next_change(Instant::now());
@@ -134,21 +173,49 @@ pub async fn run(
                 };
                 policy.role(role, Instant::now());
             }
-            result = checked.recv() => {
+            now = gates_change(&mut running) => match now {
+                Some(now) => policy.gates_running(now, Instant::now()),
+                // The registry is gone: nothing more to hear from it.
+                None => running = None,
+            },
+            result = checked.recv(), if url.is_some() => {
                 let Some(result) = result else { return };
                 let was_passing = policy.tracker().healthy();
                 policy.checked(result.is_ok(), Instant::now());
-                log_check(&url, &result, was_passing, policy.tracker());
+                if let Some(url) = &url {
+                    log_check(url, &result, was_passing, policy.tracker());
+                }
             }
             () = sleep_until(change.unwrap_or_else(Instant::now)), if change.is_some() => {}
         }
         let now = policy.verdict(Instant::now());
         if now != verdict {
-            log_verdict(verdict, now);
+            log_verdict(verdict, now, not_running, policy.not_running_episode());
             verdict = now;
         }
-        let may_lead = verdict == Verdict::MayLead;
-        tx.send_if_modified(|published| std::mem::replace(published, may_lead) != may_lead);
+        let published = match verdict {
+            Verdict::MayLead => CollectorVerdict::Fit,
+            Verdict::NotRunning => CollectorVerdict::NotRunning,
+            Verdict::StandingBack { .. } if policy.not_running_episode() => {
+                CollectorVerdict::NotRunning
+            }
+            Verdict::NoPassWithinGrace
+            | Verdict::FailedWhileLeading
+            | Verdict::StandingBack { .. } => CollectorVerdict::Unhealthy,
+        };
+        tx.send_if_modified(|before| std::mem::replace(before, published) != published);
+    }
+}
+
+/// The gates' next word on whether anything runs (`None`: the registry is
+/// gone), or never without them.
+async fn gates_change(running: &mut Option<watch::Receiver<Option<bool>>>) -> Option<Option<bool>> {
+    match running {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(*rx.borrow_and_update()),
+            Err(_) => None,
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -197,8 +264,27 @@ fn log_check(
 }
 
 /// Says why this instance stops or starts being fit to lead.
-fn log_verdict(before: Verdict, now: Verdict) {
+fn log_verdict(
+    before: Verdict,
+    now: Verdict,
+    not_running: Option<Duration>,
+    not_running_episode: bool,
+) {
     match (before, now) {
+        (Verdict::StandingBack { wait }, Verdict::MayLead) if not_running_episode => {
+            tracing::warn!(
+                ?wait,
+                "the group has had no leader for the wait: contending although this pod's collector did not run while it last led"
+            )
+        }
+        (_, Verdict::NotRunning) => tracing::warn!(
+            bound = ?not_running.unwrap_or_default(),
+            "the gates have said for --collector-not-running-after that nothing of this pod's term runs (the collector exited and was not started again, e.g. it crash-loops): releasing the lease for a peer"
+        ),
+        (Verdict::NotRunning, Verdict::StandingBack { wait }) => tracing::info!(
+            ?wait,
+            "the collector did not run while this pod led: standing back, contending only once the group has had no leader for the wait"
+        ),
         (_, Verdict::NoPassWithinGrace) => tracing::warn!(
             "the collector did not pass its health check within --collector-health-grace of this pod starting to lead: releasing the lease for a peer"
         ),

@@ -21,6 +21,21 @@
 //! - Any pass ends an episode: the collector is no longer known broken and
 //!   the wait starts again from the first.
 //!
+//! The gates give a second input, whether the collector runs at all
+//! ([`Policy::gates_running`], from [`crate::serve::gate_acks`]): a leader
+//! whose gates all say that nothing of its term runs, for `not_running`
+//! without a break, releases the Lease as for a failed health check, and
+//! counts an episode. Continuously, because the kubelet restarts a
+//! crash-looping container after a delay that doubles up to five minutes:
+//! every crash loop is soon "not running" for longer than any bound of a
+//! minute or two, while a collector that exits once and is restarted at
+//! once never is. Running without a break for `not_running` is the pass of
+//! this input: it ends the episode. A leader whose collector is known
+//! broken when its term starts (every peer's failed too, so it got the
+//! Lease back) keeps it longer: `not_running` doubled per episode, up to
+//! [`MAX_DOUBLINGS`] times, so a group whose every collector fails hands
+//! the Lease round ever more slowly instead of flapping.
+//!
 //! Pure: every input comes with its instant; the task in
 //! [`crate::serve::collector_health`] feeds it and publishes the verdict.
 
@@ -31,9 +46,16 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::serve::collector_health::Tracker;
 
+/// A term's `not_running` bound doubles per episode of its instance at
+/// most this many times (8 × the bound: 4 minutes with the default 30 s).
+pub const MAX_DOUBLINGS: u32 = 3;
+
 /// Settings of the policy.
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
+    /// The collector's health is checked: without checks only the gates
+    /// (`not_running`) may make a leader release.
+    pub health_checks: bool,
     /// Failed checks in a row after which a collector that passed fails.
     pub failures: u32,
     /// Time a new leader's collector has to pass its first check.
@@ -43,6 +65,9 @@ pub struct Settings {
     /// The lease duration: the longest stand-back wait, and how long after a
     /// term a pass still may come from the collector that term started.
     pub lease_duration: Duration,
+    /// How long a leader's gates may say that nothing runs before it
+    /// releases the Lease; `None`: never.
+    pub not_running: Option<Duration>,
 }
 
 /// What changed in this instance's role, as published.
@@ -62,6 +87,8 @@ pub enum Verdict {
     NoPassWithinGrace,
     /// A leader whose collector passed, then failed too many times in a row.
     FailedWhileLeading,
+    /// A leader whose gates said for `not_running` that nothing runs.
+    NotRunning,
     /// A follower whose collector is known broken, standing back for `wait`
     /// of a leaderless group.
     StandingBack { wait: Duration },
@@ -85,6 +112,10 @@ pub struct Policy {
     jitter: f64,
     /// Since when the group is seen without a leader.
     leaderless_since: Option<Instant>,
+    /// The gates' last word on whether anything runs (`None`: cannot tell).
+    running: Option<bool>,
+    /// The cause of the last episode: nothing ran (else a health check).
+    not_running_episode: bool,
 }
 
 /// This instance's current term, as the policy sees it.
@@ -95,6 +126,37 @@ struct Term {
     passed: bool,
     /// Its release for the collector was counted as an episode.
     counted: bool,
+    /// Since when its gates say that nothing runs, without a break.
+    not_running_since: Option<Instant>,
+    /// Since when its gates say that something runs, without a break.
+    running_since: Option<Instant>,
+    /// Nothing running for this long ends it: `not_running`, doubled per
+    /// episode at its start.
+    bound: Option<Duration>,
+}
+
+impl Term {
+    /// The gates say `running` at `now`.
+    fn gates(&mut self, running: Option<bool>, now: Instant) {
+        match running {
+            Some(false) => {
+                self.not_running_since.get_or_insert(now);
+                self.running_since = None;
+            }
+            Some(true) => {
+                self.running_since.get_or_insert(now);
+                self.not_running_since = None;
+            }
+            None => {
+                self.running_since = None;
+                self.not_running_since = None;
+            }
+        }
+    }
+}
+
+fn term_bound(term: Option<Term>) -> Option<Duration> {
+    term?.bound
 }
 
 /// The stand-back wait: `first`, doubling per episode, up to `max`; a
@@ -120,7 +182,24 @@ impl Policy {
             episodes: 0,
             jitter: 0.0,
             leaderless_since: None,
+            running: None,
+            not_running_episode: false,
         }
+    }
+
+    /// The gates' word on whether anything of this instance's term runs
+    /// (see [`crate::serve::gate_acks::GateAcks::running`]).
+    pub fn gates_running(&mut self, running: Option<bool>, now: Instant) {
+        self.running = running;
+        if let Some(term) = &mut self.term {
+            term.gates(running, now);
+        }
+    }
+
+    /// The last episode was counted because nothing ran (not for a health
+    /// check): what a follower standing back says, and the stop reason.
+    pub fn not_running_episode(&self) -> bool {
+        self.not_running_episode
     }
 
     /// One check's result.
@@ -153,12 +232,21 @@ impl Policy {
     pub fn role(&mut self, role: Role, now: Instant) {
         match (role.leading, self.term) {
             (true, None) => {
-                self.term = Some(Term {
+                let mut term = Term {
                     started: now,
                     // Passing from before (it runs on followers): no grace.
-                    passed: self.tracker.healthy(),
+                    // Without checks: nothing to pass.
+                    passed: self.tracker.healthy() || !self.settings.health_checks,
                     counted: false,
-                });
+                    not_running_since: None,
+                    running_since: None,
+                    bound: self
+                        .settings
+                        .not_running
+                        .map(|bound| bound * 2u32.pow(self.episodes.min(MAX_DOUBLINGS))),
+                };
+                term.gates(self.running, now);
+                self.term = Some(term);
             }
             (false, Some(_)) => {
                 self.term = None;
@@ -176,8 +264,20 @@ impl Policy {
     /// The verdict at `now`. A leader that must release starts an episode.
     pub fn verdict(&mut self, now: Instant) -> Verdict {
         if let Some(term) = self.term {
-            let verdict = if term.passed {
-                if self.tracker.healthy() {
+            let not_running = self.settings.not_running;
+            if let (Some(bound), Some(since)) = (not_running, term.running_since)
+                && now >= since + bound
+                && self.not_running_episode
+            {
+                // It ran without a break for the bound: this input's pass.
+                self.episodes = 0;
+            }
+            let verdict = if let (Some(bound), Some(since)) = (term.bound, term.not_running_since)
+                && now >= since + bound
+            {
+                Verdict::NotRunning
+            } else if term.passed {
+                if self.tracker.healthy() || !self.settings.health_checks {
                     Verdict::MayLead
                 } else {
                     Verdict::FailedWhileLeading
@@ -189,6 +289,7 @@ impl Policy {
                 Verdict::NoPassWithinGrace
             };
             if verdict != Verdict::MayLead && !term.counted {
+                self.not_running_episode = verdict == Verdict::NotRunning;
                 self.new_episode();
                 if let Some(term) = &mut self.term {
                     term.counted = true;
@@ -209,6 +310,23 @@ impl Policy {
     /// The next instant after `now` at which the verdict may change without
     /// an input.
     pub fn next_change(&self, now: Instant) -> Option<Instant> {
+        if let (Some(term), Some(bound), Some(pass)) =
+            (self.term, term_bound(self.term), self.settings.not_running)
+        {
+            let gates = [
+                term.not_running_since.map(|since| since + bound),
+                term.running_since
+                    .filter(|_| self.episodes > 0 && self.not_running_episode)
+                    .map(|since| since + pass),
+            ];
+            let health = (!term.passed).then(|| term.started + self.settings.grace);
+            return gates
+                .into_iter()
+                .flatten()
+                .chain(health)
+                .filter(|at| *at > now)
+                .min();
+        }
         let at = match self.term {
             Some(term) if !term.passed => Some(term.started + self.settings.grace),
             Some(_) => None,
@@ -243,10 +361,12 @@ mod tests {
 
     fn settings() -> Settings {
         Settings {
+            health_checks: true,
             failures: 3,
             grace: 30 * S,
             first_wait: 4 * S,
             lease_duration: 15 * S,
+            not_running: None,
         }
     }
 
@@ -393,5 +513,155 @@ mod tests {
             policy.checked(false, t0 + i * S);
         }
         assert_eq!(policy.verdict(t0 + 20 * S), Verdict::MayLead);
+    }
+
+    /// No health check; a leader releases after 10 s of nothing running.
+    fn gates_only() -> Settings {
+        Settings {
+            health_checks: false,
+            not_running: Some(10 * S),
+            ..settings()
+        }
+    }
+
+    #[test]
+    fn a_leader_whose_gates_say_nothing_runs_for_the_bound_releases() {
+        let t0 = Instant::now();
+        let mut policy = Policy::new(gates_only(), t0);
+        policy.role(LEADING, t0);
+        policy.gates_running(Some(true), t0);
+        assert_eq!(
+            policy.verdict(t0 + 60 * S),
+            Verdict::MayLead,
+            "no grace to pass"
+        );
+        // The child exited on its own, and exec with it.
+        policy.gates_running(Some(false), t0 + 61 * S);
+        assert_eq!(policy.next_change(t0 + 61 * S), Some(t0 + 71 * S));
+        assert_eq!(policy.verdict(t0 + 70 * S), Verdict::MayLead);
+        assert_eq!(policy.verdict(t0 + 71 * S), Verdict::NotRunning);
+        assert_eq!(policy.episodes(), 1);
+        assert!(policy.not_running_episode());
+        // Released: it stands back like a pod whose health check failed.
+        policy.role(LEADERLESS, t0 + 72 * S);
+        assert!(matches!(
+            policy.verdict(t0 + 72 * S),
+            Verdict::StandingBack { .. }
+        ));
+    }
+
+    #[test]
+    fn a_collector_restarted_within_the_bound_keeps_the_lease() {
+        let t0 = Instant::now();
+        let mut policy = Policy::new(gates_only(), t0);
+        policy.role(LEADING, t0);
+        // Exits and restarts, each gap shorter than the bound.
+        for (i, gap) in [9, 5, 9, 1].into_iter().enumerate() {
+            let at = t0 + (i as u32) * 20 * S;
+            policy.gates_running(Some(false), at);
+            assert_eq!(policy.verdict(at + gap * S), Verdict::MayLead);
+            policy.gates_running(Some(true), at + gap * S);
+        }
+        assert_eq!(policy.next_change(t0 + 100 * S), None);
+        assert_eq!(policy.verdict(t0 + 200 * S), Verdict::MayLead);
+        assert_eq!(policy.episodes(), 0);
+    }
+
+    #[test]
+    fn gates_that_cannot_tell_never_make_a_leader_release() {
+        let t0 = Instant::now();
+        let mut policy = Policy::new(gates_only(), t0);
+        policy.role(LEADING, t0);
+        policy.gates_running(Some(false), t0);
+        policy.gates_running(None, t0 + 9 * S);
+        assert_eq!(policy.next_change(t0 + 9 * S), None);
+        assert_eq!(policy.verdict(t0 + 100 * S), Verdict::MayLead);
+        // Off: the gates' word changes nothing.
+        let mut off = Policy::new(
+            Settings {
+                not_running: None,
+                ..gates_only()
+            },
+            t0,
+        );
+        off.role(LEADING, t0);
+        off.gates_running(Some(false), t0);
+        assert_eq!(off.verdict(t0 + 100 * S), Verdict::MayLead);
+    }
+
+    #[test]
+    fn nothing_running_when_a_term_starts_counts_from_its_start() {
+        let t0 = Instant::now();
+        let mut policy = Policy::new(gates_only(), t0);
+        // Heard while following (the registry says it as the term starts,
+        // before or after the role reaches the policy).
+        policy.gates_running(Some(false), t0);
+        assert_eq!(policy.verdict(t0 + 50 * S), Verdict::MayLead);
+        policy.role(LEADING, t0 + 50 * S);
+        assert_eq!(policy.verdict(t0 + 59 * S), Verdict::MayLead);
+        assert_eq!(policy.verdict(t0 + 60 * S), Verdict::NotRunning);
+    }
+
+    #[test]
+    fn with_every_collector_down_terms_and_waits_double_until_one_runs() {
+        let t0 = Instant::now();
+        let mut policy = Policy::new(gates_only(), t0);
+        let mut at = t0;
+        let mut waits = Vec::new();
+        let mut terms = Vec::new();
+        for _ in 0..5 {
+            policy.role(LEADING, at);
+            policy.gates_running(Some(false), at);
+            let Some(end) = policy.next_change(at) else {
+                panic!("the term ends")
+            };
+            terms.push((end - at).as_secs());
+            assert_eq!(policy.verdict(end - S), Verdict::MayLead, "never sooner");
+            at = end;
+            assert_eq!(policy.verdict(at), Verdict::NotRunning);
+            policy.role(LEADERLESS, at);
+            let Verdict::StandingBack { wait } = policy.verdict(at) else {
+                panic!("stands back")
+            };
+            waits.push(wait.as_secs());
+            assert_eq!(policy.next_change(at), Some(at + wait));
+            at += wait;
+            assert_eq!(
+                policy.verdict(at),
+                Verdict::MayLead,
+                "never leaderless for good"
+            );
+        }
+        assert_eq!(waits, [4, 8, 15, 15, 15]);
+        // Each term of a known broken collector lasts longer: no flapping.
+        assert_eq!(terms, [10, 20, 40, 80, 80]);
+        // It runs again: a start alone proves nothing, a run of the bound
+        // without a break ends the episode.
+        policy.role(LEADING, at);
+        policy.gates_running(Some(true), at);
+        assert_eq!(policy.verdict(at + 9 * S), Verdict::MayLead);
+        assert_eq!(policy.episodes(), 5);
+        assert_eq!(policy.next_change(at + 9 * S), Some(at + 10 * S));
+        assert_eq!(policy.verdict(at + 10 * S), Verdict::MayLead);
+        assert_eq!(policy.episodes(), 0, "ran for the bound");
+    }
+
+    #[test]
+    fn a_health_check_and_the_gates_each_make_a_leader_release() {
+        let t0 = Instant::now();
+        let both = Settings {
+            not_running: Some(10 * S),
+            ..settings()
+        };
+        let mut policy = Policy::new(both, t0);
+        policy.role(LEADING, t0);
+        policy.checked(true, t0 + S);
+        policy.gates_running(Some(false), t0 + 2 * S);
+        assert_eq!(policy.verdict(t0 + 12 * S), Verdict::NotRunning);
+        let mut policy = Policy::new(both, t0);
+        policy.role(LEADING, t0);
+        policy.gates_running(Some(true), t0);
+        assert_eq!(policy.verdict(t0 + 30 * S), Verdict::NoPassWithinGrace);
+        assert!(!policy.not_running_episode());
     }
 }

@@ -14,6 +14,16 @@
 //! all the same, so that every release waits the whole gate lag while it is there,
 //! however soon the others acknowledge.
 //!
+//! The registry also says whether the collector runs now
+//! ([`GateAcks::running`]), for the collector policy: while this sidecar
+//! leads, *nothing runs* when every gate registered for the term that can
+//! acknowledge has acknowledged it mid-term (`exec` does when its child
+//! exited on its own and its tree is reaped, `file-gate` when it exits), or
+//! none is connected although a gate has acknowledged a term here before (a
+//! crash-looping `exec` between two restarts). Silent gates say
+//! nothing either way; with none that can tell, or acknowledgements off, it
+//! is unknown.
+//!
 //! A term resumed by a restarted sidecar (`--state-dir`) never ends its
 //! gate lag early ([`GateAcks::resumed`]): the gates registered for it
 //! before the restart are unknown — one may have died or be backing off,
@@ -45,6 +55,8 @@ pub struct GateAcks {
     inner: Mutex<Inner>,
     /// Bumped on every change an [`GateAcks::all_closed`] waiter may care for.
     changed: watch::Sender<u64>,
+    /// [`Inner::running`], published on change.
+    running: watch::Sender<Option<bool>>,
     /// Distinct gates (connected or still owing an acknowledgement) at most.
     capacity: usize,
     /// `serve --gate-acks=false`: every release waits the gate lag, and an
@@ -73,6 +85,10 @@ struct Inner {
     term: Option<TermGates>,
     /// The term resumed from a previous process of this sidecar, if any.
     resumed: Option<String>,
+    /// A gate acknowledged a term here once (so it is one that can tell,
+    /// not a passing subscriber): the absence of every gate says that
+    /// nothing runs.
+    told: bool,
 }
 
 struct TermGates {
@@ -126,6 +142,22 @@ impl Inner {
             .iter()
             .flat_map(|t| t.open.iter().chain(&t.silent));
         self.connected.len() + owing.filter(|id| !self.connected.contains_key(*id)).count()
+    }
+}
+
+impl Inner {
+    /// Whether anything of the current term runs here, as far as the gates
+    /// that can tell say (see the module docs); `None` when not leading or
+    /// when no gate can tell.
+    fn running(&self) -> Option<bool> {
+        let term = self.term.as_ref().filter(|t| t.leading)?;
+        if !term.open.is_empty() {
+            Some(true)
+        } else if self.told || !term.closed.is_empty() {
+            Some(false)
+        } else {
+            None
+        }
     }
 }
 
@@ -204,6 +236,7 @@ impl GateAcks {
         Arc::new(Self {
             inner: Mutex::default(),
             changed: watch::channel(0).0,
+            running: watch::channel(None).0,
             capacity: capacity.max(1),
             ignored: !acknowledgements,
             forget_after,
@@ -252,6 +285,7 @@ impl GateAcks {
                 term.open.insert(gate.clone());
             }
         }
+        self.publish_running(&inner);
         Ok(Registration {
             acks: self.clone(),
             gate,
@@ -299,6 +333,7 @@ impl GateAcks {
         } else {
             return;
         }
+        self.publish_running(&inner);
         drop(inner);
         self.changed.send_modify(|n| *n += 1);
     }
@@ -329,6 +364,8 @@ impl GateAcks {
             gates.closed.retain(|id| connected.contains_key(id));
         }
         inner.gone_since.remove(&gate);
+        inner.told = true;
+        self.publish_running(inner);
         drop(guard);
         self.changed.send_modify(|n| *n += 1);
         Ack::Counted
@@ -369,6 +406,20 @@ impl GateAcks {
         let gates = inner.term.as_mut().filter(|g| g.resumed && !g.said_why)?;
         gates.said_why = true;
         Some("the term was resumed after a restart: gates registered before it are unknown")
+    }
+
+    /// Whether anything of the current term runs here, on every change:
+    /// `Some(false)` when every gate of the term that can tell says nothing
+    /// runs (see the module docs); `None` when not leading, when no gate
+    /// can tell, or with acknowledgements off.
+    pub fn running(&self) -> watch::Receiver<Option<bool>> {
+        self.running.subscribe()
+    }
+
+    fn publish_running(&self, inner: &Inner) {
+        let running = if self.ignored { None } else { inner.running() };
+        self.running
+            .send_if_modified(|published| std::mem::replace(published, running) != running);
     }
 
     /// Gates registered for the last term that have not acknowledged it.
@@ -738,6 +789,52 @@ mod tests {
         let _c = acks
             .register("c", false)
             .expect("b no longer owes anything");
+    }
+
+    #[test]
+    fn nothing_runs_once_every_gate_that_can_tell_acknowledged_mid_term_or_none_is_connected() {
+        let acks = GateAcks::new(8);
+        let running = acks.running();
+        assert_eq!(*running.borrow(), None, "not leading");
+        let _route = acks.register("routing", true).unwrap();
+        acks.term_changed(Some("t/1"), true);
+        assert_eq!(*running.borrow(), None, "a silent gate cannot tell");
+        // A subscriber that came and went between terms proves nothing.
+        let acks = GateAcks::new(8);
+        let running = acks.running();
+        drop(acks.register("passing", false).unwrap());
+        acks.term_changed(Some("t/1"), true);
+        assert_eq!(*running.borrow(), None, "nobody ever acknowledged here");
+        let exec = acks.register("exec-1", false).unwrap();
+        assert_eq!(*running.borrow(), Some(true));
+        // The child exited on its own: exec acknowledges, then exits.
+        assert_eq!(acks.acknowledge("exec-1", "t/1"), Ack::Counted);
+        drop(exec);
+        assert_eq!(*running.borrow(), Some(false));
+        // Restarted, it runs the child again.
+        let exec = acks.register("exec-2", false).unwrap();
+        assert_eq!(*running.borrow(), Some(true));
+        // A gate that dies without a word may still run something.
+        drop(exec);
+        assert_eq!(*running.borrow(), Some(true));
+        acks.term_changed(Some("t/1"), false);
+        assert_eq!(*running.borrow(), None, "not leading");
+        // A new term with no gate connected, after one that can tell was
+        // seen here: nothing runs.
+        acks.acknowledge("exec-2", "t/1");
+        acks.term_changed(Some("t/2"), true);
+        assert_eq!(*running.borrow(), Some(false));
+    }
+
+    #[test]
+    fn with_acknowledgements_off_whether_anything_runs_is_unknown() {
+        let acks = GateAcks::for_sidecar(8, false, Duration::MAX);
+        let exec = acks.register("exec-1", false).unwrap();
+        acks.term_changed(Some("t/1"), true);
+        acks.acknowledge("exec-1", "t/1");
+        drop(exec);
+        acks.term_changed(Some("t/2"), true);
+        assert_eq!(*acks.running().borrow(), None);
     }
 
     #[tokio::test]

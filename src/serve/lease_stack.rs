@@ -22,7 +22,7 @@ use crate::elector::machine::{Election, Settings, Spread};
 use crate::serve::collector_health;
 use crate::serve::gate_acks::GateAcks;
 use crate::serve::kube_events::{self, Recorder};
-use crate::serve::metrics::MetricsRegistry;
+use crate::serve::metrics::{Metrics, MetricsRegistry};
 use crate::serve::published::{AppState, LeaderState, Publisher};
 use crate::serve::routing;
 use crate::serve::transitions::{EventLog, LeaseLabel};
@@ -179,10 +179,26 @@ impl LeaseStack {
                 }
             }
         }
-        let collector_health = config
-            .collector_health
-            .clone()
-            .map(|options| collector_health::spawn(options, state, stop_election.clone()));
+        // The gates' word, for the metric and (--collector-not-running-after)
+        // for the policy.
+        tokio::spawn(export_running(
+            app.gate_acks.running(),
+            app.metrics.clone(),
+            stop_election.clone(),
+        ));
+        let collector_health = (config.collector_health.is_some()
+            || config.collector_not_running.is_some())
+        .then(|| {
+            let inputs = collector_health::Inputs {
+                health: config.collector_health.clone(),
+                not_running: config
+                    .collector_not_running
+                    .map(|bound| (bound, app.gate_acks.running())),
+                retry_period: config.retry_period,
+                lease_duration: config.lease_duration,
+            };
+            collector_health::spawn(inputs, state, stop_election.clone())
+        });
         let election_task = driver::run(
             Arc::new(store),
             election,
@@ -241,6 +257,27 @@ impl LeaseStack {
                 "routing: the EndpointSlice could not be updated before the shutdown timeout"
             );
             task.abort();
+        }
+    }
+}
+
+/// Exports whether this instance leads while its gates say that nothing of
+/// its term runs, until `stop`.
+async fn export_running(
+    mut running: watch::Receiver<Option<bool>>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    loop {
+        let now = *running.borrow_and_update();
+        metrics.leading_without_collector(now == Some(false));
+        tokio::select! {
+            () = stop.cancelled() => return,
+            changed = running.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
         }
     }
 }

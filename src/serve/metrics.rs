@@ -67,6 +67,8 @@ pub struct MetricsRegistry {
     collector_healthy: Option<Family<LeaseLabels, Gauge>>,
     /// Renews answered 409 (a successor claim or an edit landed first).
     renew_conflicts: Family<LeaseLabels, Counter>,
+    /// 1 while leading with gates that say nothing of the term runs.
+    leading_without_collector: Family<LeaseLabels, Gauge>,
 }
 
 /// One Lease's handle on its process's [`MetricsRegistry`].
@@ -159,8 +161,15 @@ impl MetricsRegistry {
             );
             family
         });
+        let leading_without_collector = Family::<LeaseLabels, Gauge>::default();
+        registry.register(
+            "leading_without_collector",
+            "1 while this instance leads and every gate of its term that can tell (exec, file-gate with --reload-url) says nothing of the term runs: the collector exited and was not started again; 0 otherwise, also when no gate can tell",
+            leading_without_collector.clone(),
+        );
         Arc::new(Self {
             registry,
+            leading_without_collector,
             leading,
             transitions,
             requests,
@@ -184,6 +193,7 @@ impl MetricsRegistry {
         self.leading.get_or_create(&labels).set(0);
         self.leader_observed.get_or_create(&labels).set(0);
         self.last_renew_age.get_or_create(&labels).set(f64::NAN);
+        self.leading_without_collector.get_or_create(&labels).set(0);
         drop(self.renew_latency.get_or_create(&labels));
         drop(self.renew_conflicts.get_or_create(&labels));
         drop(self.identity_conflicts.get_or_create(&labels));
@@ -307,6 +317,15 @@ impl Metrics {
                 .get_or_create(&self.labels)
                 .set(i64::from(healthy == Some(true)));
         }
+    }
+
+    /// Whether this instance leads while its gates say nothing of its
+    /// term runs ([`crate::serve::gate_acks::GateAcks::running`]).
+    pub fn leading_without_collector(&self, yes: bool) {
+        self.shared
+            .leading_without_collector
+            .get_or_create(&self.labels)
+            .set(i64::from(yes));
     }
 
     /// Open `/events` streams, over every Lease of the process.

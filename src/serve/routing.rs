@@ -59,10 +59,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 const CONFLICTS: u32 = 5;
 /// Stop reasons after which this instance released the Lease itself: its
 /// entry is marked terminating. After any other, it does not write again.
-const STEPPED_DOWN: [&str; 4] = [
+const STEPPED_DOWN: [&str; 5] = [
     "shutdown",
     "handover-requested",
     "collector-unhealthy",
+    "collector-not-running",
     "rebalance",
 ];
 

@@ -12,6 +12,7 @@ mod chaos;
 mod chaos_several;
 mod cli;
 mod collector_health;
+mod crash_loop;
 mod election_scenarios;
 mod event_scenarios;
 mod event_stream;

@@ -32,7 +32,8 @@ use crate::elector::incarnation::Recorded;
 use crate::elector::lease::Lease;
 use crate::elector::lease_client::LeaseStore;
 use crate::elector::machine::{
-    Action, Election, Input, Now, Purpose, Resumption, Snapshot, Spread, StopReason, Write, WriteOp,
+    Action, CollectorVerdict, Election, Input, Now, Purpose, Resumption, Snapshot, Spread,
+    StopReason, Write, WriteOp,
 };
 use outage::{Outage, Tally};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -133,7 +134,7 @@ impl Heartbeat {
 pub struct Inputs {
     /// The collector's health (see [`crate::serve::collector_health`]): it
     /// gates contention; without it the collector counts as healthy.
-    pub collector_health: Option<watch::Receiver<bool>>,
+    pub collector_health: Option<watch::Receiver<CollectorVerdict>>,
     /// What this process holds of the other Leases of its group, for a
     /// sidecar elected for several ([`Spread`]).
     pub spread: Option<watch::Receiver<Spread>>,
@@ -171,10 +172,8 @@ pub async fn run(
     if let Some(health) = &mut driver.collector_health {
         // Part of the very first published state: nothing has happened yet,
         // so this input can produce no action.
-        let healthy = *health.borrow_and_update();
-        let actions = driver
-            .election
-            .handle(Input::CollectorHealth(healthy), now());
+        let verdict = *health.borrow_and_update();
+        let actions = driver.election.handle(verdict.input(), now());
         debug_assert!(actions.is_empty());
     }
     if let Some(spread) = &mut driver.spread {
@@ -202,7 +201,7 @@ struct Driver {
     stepped_down_at: Option<Instant>,
     gate_lag: Duration,
     /// The collector's health; `None` when not checked (or the check ended).
-    collector_health: Option<watch::Receiver<bool>>,
+    collector_health: Option<watch::Receiver<CollectorVerdict>>,
     /// What this process holds of its group's other Leases; `None` alone.
     spread: Option<watch::Receiver<Spread>>,
     /// What the outlet was last told a restart may resume.
@@ -252,7 +251,7 @@ impl Driver {
                     input
                 }
                 healthy = health_change(&mut self.collector_health) => match healthy {
-                    Some(healthy) => Input::CollectorHealth(healthy),
+                    Some(verdict) => verdict.input(),
                     None => {
                         // The check ended (it panicked): fail closed.
                         tracing::error!("the collector health check stopped; counting the collector as unhealthy");
@@ -752,6 +751,8 @@ fn left_to_expire(expires: Option<Instant>) -> String {
 fn release_reason(shutdown: bool, after: &Snapshot) -> &'static str {
     if shutdown {
         "shutdown"
+    } else if after.last_stop == Some(StopReason::CollectorNotRunning) {
+        "collector not running"
     } else if after.collector_healthy == Some(false)
         && after.last_stop != Some(StopReason::HandoverRequested)
     {
@@ -783,7 +784,9 @@ pub fn now() -> Now {
 
 /// Resolves with the collector's health when it changes (`None`: the check
 /// ended), or never when it is not checked.
-async fn health_change(health: &mut Option<watch::Receiver<bool>>) -> Option<bool> {
+async fn health_change(
+    health: &mut Option<watch::Receiver<CollectorVerdict>>,
+) -> Option<CollectorVerdict> {
     match health {
         Some(rx) => match rx.changed().await {
             Ok(()) => Some(*rx.borrow_and_update()),

@@ -302,7 +302,7 @@ impl Candidate {
     fn start_checked(
         client: Client,
         gate_lag: Duration,
-        health: Option<watch::Receiver<bool>>,
+        health: Option<watch::Receiver<CollectorVerdict>>,
     ) -> Self {
         Self::start_full(client, gate_lag, health, None)
     }
@@ -315,7 +315,7 @@ impl Candidate {
     fn start_full(
         client: Client,
         gate_lag: Duration,
-        health: Option<watch::Receiver<bool>>,
+        health: Option<watch::Receiver<CollectorVerdict>>,
         gate_acks: Option<Arc<GateAcks>>,
     ) -> Self {
         let settings = Settings {
@@ -687,7 +687,7 @@ async fn a_hanging_credential_reload_stalls_neither_the_loop_nor_shutdown() {
 async fn an_unhealthy_collector_ends_the_term_at_once_releases_after_the_gate_lag_and_contends_again_once_healthy()
  {
     let memory = Memory::new();
-    let (health, rx) = watch::channel(true);
+    let (health, rx) = watch::channel(CollectorVerdict::Fit);
     let gate_lag = Duration::from_secs(3);
     let leader = Candidate::start_checked(memory.client("a"), gate_lag, Some(rx));
     sleep(Duration::from_secs(3)).await;
@@ -696,7 +696,7 @@ async fn an_unhealthy_collector_ends_the_term_at_once_releases_after_the_gate_la
     sleep(Duration::from_secs(3)).await;
 
     let failed = Instant::now();
-    health.send_replace(false);
+    health.send_replace(CollectorVerdict::Unhealthy);
     sleep(Duration::from_secs(5)).await;
     assert_eq!(leader.flips()[1], (failed, false), "not leading at once");
     // The release waits for the gate lag, counted from the step-down, and
@@ -723,7 +723,7 @@ async fn an_unhealthy_collector_ends_the_term_at_once_releases_after_the_gate_la
         "no write while unhealthy"
     );
 
-    health.send_replace(true);
+    health.send_replace(CollectorVerdict::Fit);
     sleep(Duration::from_secs(2)).await;
     let flips = leader.flips();
     let (again, leading) = *flips.last().unwrap();
@@ -882,7 +882,7 @@ async fn a_handover_release_after_the_term_ended_otherwise_is_logged_as_the_hand
     let memory = Memory::new();
     let a = memory.client("a");
     let hang_a = a.hang.clone();
-    let (_health, rx) = watch::channel(true);
+    let (_health, rx) = watch::channel(CollectorVerdict::Fit);
     let leader = Candidate::start_checked(a, Duration::ZERO, Some(rx));
     sleep(Duration::from_secs(3)).await;
     assert!(leader.started_at().is_some());

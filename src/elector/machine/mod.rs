@@ -123,6 +123,11 @@ pub enum Input {
     /// The collector passes (`true`) or fails its health check. Before the
     /// first of these the collector counts as healthy (no check configured).
     CollectorHealth(bool),
+    /// Like `CollectorHealth(false)`, because the gates say that nothing of
+    /// the term has run for too long (a crash-looping collector): the term
+    /// ends with [`StopReason::CollectorNotRunning`]. `CollectorHealth(true)`
+    /// ends it.
+    CollectorNotRunning,
     /// What this process holds of its group's other Leases (see `spread`);
     /// a process elected for one Lease never sends it.
     Spread(Spread),
@@ -184,6 +189,8 @@ pub enum StopReason {
     Shutdown,
     /// The collector failed its health check too many times in a row.
     CollectorUnhealthy,
+    /// The gates said that nothing of the term ran, for too long.
+    CollectorNotRunning,
     /// A hand-over was asked for (`leader-gate handover`, or another
     /// identity in `spec.preferredHolder`).
     HandoverRequested,
@@ -203,8 +210,32 @@ impl StopReason {
             Self::LeaseDeleted => "lease-deleted",
             Self::Shutdown => "shutdown",
             Self::CollectorUnhealthy => "collector-unhealthy",
+            Self::CollectorNotRunning => "collector-not-running",
             Self::HandoverRequested => "handover-requested",
             Self::Rebalance => "rebalance",
+        }
+    }
+}
+
+/// What the collector policy says of this instance's collector, as the
+/// driver hears it (see [`crate::serve::collector_policy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CollectorVerdict {
+    /// It may lead, or keep leading.
+    Fit,
+    /// Its health check keeps it from leading.
+    Unhealthy,
+    /// Its gates said for too long that nothing runs.
+    NotRunning,
+}
+
+impl CollectorVerdict {
+    /// The machine's input for it.
+    pub fn input(self) -> Input {
+        match self {
+            Self::Fit => Input::CollectorHealth(true),
+            Self::Unhealthy => Input::CollectorHealth(false),
+            Self::NotRunning => Input::CollectorNotRunning,
         }
     }
 }
@@ -417,6 +448,11 @@ impl Election {
                     self.step_down(StopReason::CollectorUnhealthy);
                     self.acquire_at = None;
                 }
+            }
+            Input::CollectorNotRunning => {
+                self.collector_healthy = Some(false);
+                self.step_down(StopReason::CollectorNotRunning);
+                self.acquire_at = None;
             }
             Input::Spread(spread) => self.set_spread(spread),
         }

@@ -1362,6 +1362,30 @@ fn an_unhealthy_collector_ends_the_term_at_once_with_a_marked_release() {
 }
 
 #[test]
+fn a_collector_that_does_not_run_ends_the_term_with_its_own_reason_and_a_marked_release() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let term = h.snapshot(t).term.unwrap();
+    let actions = h.feed(Input::CollectorNotRunning, t + 1.0);
+    assert!(!h.election.is_leading(), "steps down at once");
+    let snapshot = h.snapshot(t + 1.0);
+    assert_eq!(snapshot.last_stop, Some(StopReason::CollectorNotRunning));
+    assert_eq!(
+        StopReason::CollectorNotRunning.as_str(),
+        "collector-not-running"
+    );
+    let release = marked_release(&actions, &term).expect("releases at once");
+    let stored = h.accept(&release);
+    h.feed(Input::Written(Ok(stored)), t + 1.1);
+    // No contention until the policy says it may lead again.
+    assert_eq!(h.first_write(t + 1.1, t + 60.0), None);
+    let actions = h.feed(CollectorVerdict::Fit.input(), t + 60.0);
+    let contends = actions.iter().any(|a| matches!(a, Action::Write(_)))
+        || h.first_write(t + 60.0, t + 120.0).is_some();
+    assert!(contends, "contends again");
+}
+
+#[test]
 fn a_term_that_stepped_down_never_starts_again_from_its_acquisition() {
     // The collector fails before the first renew, and passes again while
     // the release still waits for the gates: the record still shows our

@@ -1,0 +1,349 @@
+//! A crash-looping collector under `exec`, end to end: real `leader-gate`
+//! processes against the fake Lease API server, each pod's `exec` restarted
+//! by a stand-in for the kubelet whenever it exits (after a delay that
+//! doubles per restart, as CrashLoopBackOff's, scaled down). The child
+//! either runs ([`COLLECTOR`]) or exits with status 2 at once ([`CRASHER`]).
+//!
+//! Judged by the children's own log (when each ran, never two at once), the
+//! leader's event stream (why and when its term ended) and the overlap
+//! monitor's samples of `/leader`.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use support::events::EventClient;
+use support::fake_apiserver::{FakeApiServer, lease_holder};
+use support::gate_clients::{COLLECTOR, ChildLog, GateClient};
+use support::monitor::Monitor;
+use support::sidecar::{Sidecar, Timing, get, test_dir};
+
+const LEASE: &str = "cluster-metrics";
+/// The margin (lease − renew deadline = 3 s) covers exec's `--grace 2s`.
+const TIMING: Timing = Timing {
+    lease: Duration::from_secs(6),
+    renew_deadline: Duration::from_secs(3),
+    retry: Duration::from_secs(1),
+};
+/// `--collector-not-running-after` in these tests.
+const BOUND: Duration = Duration::from_secs(2);
+const BOUND_FLAG: &str = "2s";
+/// The kubelet's restart delay: the first, doubling up to the cap.
+const RESTART_FIRST: Duration = Duration::from_millis(500);
+const RESTART_CAP: Duration = Duration::from_secs(4);
+/// From the child's exit to `exec`'s acknowledgement, and from the
+/// verdict to the published step-down, on a busy 2-core machine.
+const SLACK: Duration = Duration::from_millis(1500);
+
+/// A collector that cannot start: it logs a run of 0.1 s, then exits 2.
+const CRASHER: &str = r#"
+note() { echo "$1 $NAME $LEADER_GATE_TERM $(date +%s.%N) $$" >> "$LOG"; }
+note start
+sleep 0.1
+note stop
+exit 2
+"#;
+
+/// Restarts a pod's `exec` whenever it exits, as the kubelet restarts a
+/// container; dropping it stops the loop and the `exec` it runs.
+struct Kubelet(tokio::task::JoinHandle<()>);
+
+impl Kubelet {
+    fn start(
+        dir: &Path,
+        name: &'static str,
+        sidecar: &Sidecar,
+        log: &Path,
+        script: &'static str,
+    ) -> Kubelet {
+        let dir = dir.to_path_buf();
+        let url = format!("http://{}", sidecar.gate);
+        let log = log.to_str().expect("a UTF-8 path").to_owned();
+        Kubelet(tokio::spawn(async move {
+            let mut delay = RESTART_FIRST;
+            for restart in 0.. {
+                let mut exec = GateClient::spawn(
+                    &dir,
+                    &format!("exec-{name}-{restart}"),
+                    &[
+                        "exec", "--url", &url, "--grace", "2s", "--", "sh", "-c", script,
+                    ],
+                    &[("NAME", name), ("LOG", &log)],
+                );
+                exec.wait_exit(Duration::from_secs(3600)).await;
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(RESTART_CAP);
+            }
+        }))
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn sidecar(api: &FakeApiServer, dir: &Path, name: &str) -> Sidecar {
+    Sidecar::spawn_with(
+        api,
+        dir,
+        name,
+        TIMING,
+        &["--collector-not-running-after", BOUND_FLAG],
+    )
+}
+
+async fn metrics(sidecar: &Sidecar) -> String {
+    let probe = get(sidecar.admin, "/metrics")
+        .await
+        .expect("/metrics answers");
+    probe.body.as_str().expect("text").to_owned()
+}
+
+const WITHOUT_COLLECTOR: &str =
+    "\nleader_gate_leading_without_collector{lease=\"collectors/cluster-metrics\"} ";
+
+fn logs(sidecars: &[&Sidecar], dir: &Path) -> String {
+    let mut out = String::new();
+    for sidecar in sidecars {
+        let log = sidecar.log();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+        out += &format!("--- {} ---\n{tail}\n", sidecar.name);
+    }
+    out + &format!("(exec logs in {})", dir.display())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_collector_crash_loops_hands_the_lease_to_a_peer_whose_collector_runs() {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir: PathBuf = test_dir("crash-loop-handover");
+    let log = ChildLog(dir.join("children.log"));
+    // a leads first, then its collector crash-loops.
+    let a = sidecar(&api, &dir, "a");
+    a.wait_serving().await;
+    let led = a.wait_leading(TIMING.lease * 2).await;
+    let term = led.term().unwrap().to_owned();
+    let mut stream = EventClient::connect(a.gate, None).await;
+    let _a_exec = Kubelet::start(&dir, "a", &a, &log.0, CRASHER);
+    let b = sidecar(&api, &dir, "b");
+    b.wait_serving().await;
+    let monitor = Monitor::start(&[&a, &b]);
+    let _b_exec = Kubelet::start(&dir, "b", &b, &log.0, COLLECTOR);
+
+    // While it leads between two restarts, the metric says so.
+    let deadline = Instant::now() + TIMING.lease * 3;
+    loop {
+        if metrics(&a)
+            .await
+            .contains(&format!("{WITHOUT_COLLECTOR}1\n"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never exported as leading without a collector\n{}",
+            logs(&[&a, &b], &dir)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let stopped = stream
+        .next_of("stopped-leading", Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|| panic!("a kept the lease\n{}", logs(&[&a, &b], &dir)));
+    assert_eq!(stopped.data["reason"], "collector-not-running");
+    assert_eq!(stopped.term(), Some(term.as_str()));
+    let stopped_at = stopped.data["published_at_us"].as_i64().unwrap() as f64 / 1e6;
+    // Within the bound of its collector's last run, never sooner.
+    let last_run = log
+        .entries()
+        .into_iter()
+        .filter(|e| e.name == "a" && e.what == "stop" && e.wall < stopped_at)
+        .map(|e| e.wall)
+        .fold(f64::MIN, f64::max);
+    let after = stopped_at - last_run;
+    println!(
+        "MEASURE crash loop: stepped down {after:.3} s after the collector last ran (bound {BOUND:?})"
+    );
+    assert!(
+        after >= BOUND.as_secs_f64() && after <= (BOUND + SLACK).as_secs_f64(),
+        "stepped down {after:.3} s after the last run\n{}",
+        log.text()
+    );
+
+    // The peer's collector runs, and keeps running under its term.
+    let started = log
+        .wait_for(TIMING.lease * 2, |e| e.name == "b" && e.what == "start")
+        .await;
+    assert!(started.wall > stopped_at);
+    let holder = lease_holder(&api.lease(LEASE).unwrap());
+    assert_eq!(holder.as_deref(), Some("b"));
+    let new_term = b.leader().await.unwrap().term().unwrap().to_owned();
+    tokio::time::sleep(BOUND * 3).await;
+    let probe = b.leader().await.unwrap();
+    assert!(probe.leading(), "b keeps it\n{}", logs(&[&a, &b], &dir));
+    assert_eq!(probe.term(), Some(new_term.as_str()));
+    assert!(
+        metrics(&b)
+            .await
+            .contains(&format!("{WITHOUT_COLLECTOR}0\n"))
+    );
+    let old = a.leader().await.unwrap();
+    assert_eq!(old.body["last_stop_reason"], "collector-not-running");
+    assert!(
+        metrics(&a)
+            .await
+            .lines()
+            .any(|l| l.starts_with("leader_gate_transitions_total")
+                && l.contains(r#"reason="collector-not-running""#)
+                && l.ends_with(" 1")),
+    );
+    assert!(a.log().contains("--collector-not-running-after"));
+    log.assert_never_two_at_once();
+    monitor.assert_no_overlap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_collector_crash_looping_the_group_keeps_a_leader_and_terms_grow_from_the_bound()
+{
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("crash-loop-all");
+    let log = ChildLog(dir.join("children.log"));
+    let names = ["a", "b", "c"];
+    let sidecars: Vec<Sidecar> = names.iter().map(|n| sidecar(&api, &dir, n)).collect();
+    for sidecar in &sidecars {
+        sidecar.wait_serving().await;
+    }
+    let refs: Vec<&Sidecar> = sidecars.iter().collect();
+    let monitor = Monitor::start(&refs);
+    let _kubelets: Vec<Kubelet> = names
+        .iter()
+        .zip(&sidecars)
+        .map(|(name, sidecar)| Kubelet::start(&dir, name, sidecar, &log.0, CRASHER))
+        .collect();
+    let from = Instant::now();
+    let watch = Duration::from_secs(40);
+    tokio::time::sleep(watch).await;
+
+    let samples: Vec<_> = monitor
+        .samples()
+        .into_iter()
+        .filter(|s| s.sent >= from + TIMING.lease)
+        .collect();
+    // Someone leads, again and again: never leaderless for longer than the
+    // longest stand-back wait (the lease duration, jittered) and an attempt.
+    let mut leaderless_from = samples[0].sent;
+    let mut longest = Duration::ZERO;
+    // Each term: its first and last sample as leader.
+    let mut terms: Vec<(String, Instant, Instant)> = Vec::new();
+    for sample in &samples {
+        if sample.leading() {
+            leaderless_from = sample.sent;
+            let term = sample.term.clone().unwrap_or_default();
+            match terms.last_mut() {
+                Some((t, _, last)) if *t == term => *last = sample.sent,
+                _ => terms.push((term, sample.sent, sample.sent)),
+            }
+        }
+        longest = longest.max(sample.sent.saturating_duration_since(leaderless_from));
+    }
+    let limit = TIMING.lease + TIMING.lease / 10 + TIMING.retry * 2 + SLACK;
+    println!(
+        "MEASURE every collector crash-looping: {} terms in {watch:?}, longest leaderless {longest:?} (limit {limit:?})",
+        terms.len()
+    );
+    assert!(
+        longest < limit,
+        "leaderless for {longest:?}\n{}",
+        logs(&refs, &dir)
+    );
+    assert!(
+        terms.len() >= 2,
+        "still handed over: {terms:?}\n{}",
+        logs(&refs, &dir)
+    );
+    // No flapping: every whole term (not the first or last seen) lasted
+    // the bound at least, and hand-overs are that rare.
+    for (term, first, last) in &terms[1..terms.len() - 1] {
+        assert!(
+            last.saturating_duration_since(*first) >= BOUND - Duration::from_millis(300),
+            "term {term} lasted {:?}\n{}",
+            last.saturating_duration_since(*first),
+            logs(&refs, &dir)
+        );
+    }
+    // A pod whose collector failed before keeps it longer (the bound
+    // doubled per such release): the Lease goes round ever more slowly.
+    let longest_term = terms[1..terms.len() - 1]
+        .iter()
+        .map(|(_, first, last)| last.saturating_duration_since(*first))
+        .max()
+        .unwrap_or_default();
+    assert!(
+        longest_term >= 2 * BOUND - Duration::from_millis(300),
+        "no longer term: {terms:?}\n{}",
+        logs(&refs, &dir)
+    );
+    let most = (watch.as_secs_f64() / BOUND.as_secs_f64()).ceil() as usize + 1;
+    assert!(terms.len() <= most, "{} terms: flapping", terms.len());
+    // Each stop was for the collector that did not run.
+    let not_running: usize = sidecars
+        .iter()
+        .map(|s| s.log().matches("nothing of this pod's term runs").count())
+        .sum();
+    assert!(not_running >= terms.len() - 1, "{}", logs(&refs, &dir));
+    log.assert_never_two_at_once();
+    monitor.assert_no_overlap();
+}
+
+/// Exits 2 on its first run (when `$LOG.once` is missing), then runs as
+/// [`COLLECTOR`] does.
+const CRASHES_ONCE: &str = r#"
+note() { echo "$1 $NAME $LEADER_GATE_TERM $(date +%s.%N) $$" >> "$LOG"; }
+if [ ! -e "$LOG.once" ]; then
+    : > "$LOG.once"
+    note start
+    note stop
+    exit 2
+fi
+trap 'note stop; exit 0' TERM
+note start
+while kill -0 "$PPID" 2>/dev/null; do sleep 0.05; done
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_exits_once_and_is_restarted_within_the_bound_keeps_the_lease() {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("crash-once");
+    let log = ChildLog(dir.join("children.log"));
+    let a = sidecar(&api, &dir, "a");
+    a.wait_serving().await;
+    let term = a
+        .wait_leading(TIMING.lease * 2)
+        .await
+        .term()
+        .unwrap()
+        .to_owned();
+    let mut stream = EventClient::connect(a.gate, None).await;
+    let _exec = Kubelet::start(&dir, "a", &a, &log.0, CRASHES_ONCE);
+    // The crash, then the run after the restart (within RESTART_FIRST).
+    let runs = |log: &ChildLog| log.entries().iter().filter(|e| e.what == "start").count();
+    let deadline = Instant::now() + TIMING.lease * 2;
+    while runs(&log) < 2 {
+        assert!(Instant::now() < deadline, "not restarted\n{}", log.text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopped = stream.next_of("stopped-leading", BOUND * 3).await;
+    assert!(stopped.is_none(), "stepped down: {stopped:?}\n{}", a.log());
+    let probe = a.leader().await.unwrap();
+    assert!(probe.leading());
+    assert_eq!(probe.term(), Some(term.as_str()), "the same term");
+    assert!(
+        metrics(&a)
+            .await
+            .contains(&format!("{WITHOUT_COLLECTOR}0\n"))
+    );
+}
