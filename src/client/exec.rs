@@ -128,7 +128,8 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
              of this PID namespace): never acknowledging a term; the sidecar's release waits its gate lag",
         );
     }
-    let mut feed = Feed::registered(options.url.clone(), "exec", proves);
+    let mut feed =
+        Feed::registered(options.url.clone(), "exec", proves).stopping_within(options.grace);
     let mut running: Option<Running> = None;
     // A term whose tree is gone, to acknowledge once the sidecar says it
     // stopped (only a stop it ran out of here may come back).

@@ -141,6 +141,10 @@ pub struct Feed {
     /// Registered as a gate that never acknowledges: every release of a
     /// term it was open for waits the whole gate lag.
     silent: bool,
+    /// How long this gate may take to stop its collector once a term ends
+    /// (`exec --grace`), told at registration so the sidecar can warn when
+    /// its gate lag does not cover it.
+    stops_within: Option<Duration>,
     /// The last term the sidecar itself said had stopped.
     stopped: Option<String>,
     /// The Lease the sidecar's events said they are of, and its place.
@@ -170,6 +174,7 @@ impl Feed {
             down_reported: false,
             gate: None,
             silent: false,
+            stops_within: None,
             stopped: None,
             place: None,
         }
@@ -189,6 +194,13 @@ impl Feed {
             fastrand::u32(..)
         ));
         feed
+    }
+
+    /// Tells the sidecar at registration that this gate may take up to
+    /// `bound` to stop its collector once a term ends.
+    pub fn stopping_within(mut self, bound: Duration) -> Self {
+        self.stops_within = Some(bound);
+        self
     }
 
     /// Whether this feed acknowledges terms: registered, and not as a gate
@@ -319,11 +331,15 @@ impl Feed {
         if let Some(id) = last_id.as_deref() {
             headers.push(("last-event-id", id));
         }
-        let endpoint = self.url.of_lease(&match &self.gate {
+        let mut endpoint = match &self.gate {
             Some(gate) if self.silent => format!("/events?gate={gate}&acknowledges=false"),
             Some(gate) => format!("/events?gate={gate}"),
             None => "/events".to_owned(),
-        });
+        };
+        if let (Some(_), Some(bound)) = (&self.gate, self.stops_within) {
+            endpoint.push_str(&format!("&stops_within_ms={}", bound.as_millis()));
+        }
+        let endpoint = self.url.of_lease(&endpoint);
         let result = self
             .url
             .send(Method::GET, &endpoint, &headers, CONNECT_TIMEOUT)

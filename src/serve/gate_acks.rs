@@ -494,6 +494,26 @@ pub fn from_this_pod(
     }
 }
 
+/// A gate that may take `stops_within` to stop its collector once a term
+/// ends (`exec --grace`, told at registration) beside a gate lag that does
+/// not cover it with a second to spare: the warning to log, if any. Only
+/// its own acknowledgement proves such a gate stopped; should it die
+/// first, the release that waits the gate lag may go out while its
+/// collector still runs.
+pub fn slower_than_the_gate_lag(
+    gate: &str,
+    stops_within: Duration,
+    gate_lag: Duration,
+) -> Option<String> {
+    (stops_within + Duration::from_secs(1) > gate_lag).then(|| {
+        format!(
+            "gate {gate} may take up to {} to stop its collector (exec --grace), which --gate-lag {} does not cover with a second to spare: should the gate die before it says it stopped, the Lease may be released while its collector still runs; give exec a --grace at least 1s below the gate lag",
+            crate::duration::HumanDuration(stops_within),
+            crate::duration::HumanDuration(gate_lag),
+        )
+    })
+}
+
 /// The value of `name` in a query string, percent-decoded.
 pub fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     query?.split('&').find_map(|pair| {
@@ -540,6 +560,22 @@ mod properties;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exec_whose_grace_the_gate_lag_does_not_cover_with_a_second_to_spare_is_warned_of() {
+        let lag = Duration::from_secs(4);
+        assert_eq!(
+            slower_than_the_gate_lag("exec-1", Duration::from_secs(3), lag),
+            None
+        );
+        for grace in [Duration::from_millis(3001), Duration::from_secs(4)] {
+            let warning = slower_than_the_gate_lag("exec-1", grace, lag).expect("warned");
+            assert!(
+                warning.contains("exec-1") && warning.contains("--gate-lag 4s"),
+                "{warning}"
+            );
+        }
+    }
 
     #[test]
     fn every_gate_registered_for_a_term_must_acknowledge_it_even_after_it_disconnected() {

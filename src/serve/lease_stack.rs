@@ -161,6 +161,7 @@ impl LeaseStack {
             keep_alive: config.events_keep_alive,
             shutdown: stop_serving.clone(),
             gate_acks,
+            gate_lag: config.shutdown.gate_lag,
         };
         let mut election = Election::new(settings, fastrand::u64(..));
         election.set_successor_claim_window(config.successor_claim_window);

@@ -341,6 +341,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Where `/events?gate=ID` registers and `POST /gates/ID/closed` acknowledges.
     pub gate_acks: Arc<GateAcks>,
+    /// `--gate-lag`: what a gate that stops slower is warned of.
+    pub gate_lag: Duration,
 }
 
 /// The `/leader` body for `state`, judged now, written into `out`: the same
@@ -574,6 +576,7 @@ mod tests {
             keep_alive: Duration::from_secs(15),
             shutdown: CancellationToken::new(),
             gate_acks: crate::serve::gate_acks::GateAcks::new(8),
+            gate_lag: Duration::from_secs(4),
         }
     }
 

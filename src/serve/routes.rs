@@ -186,6 +186,7 @@ mod tests {
             keep_alive: Duration::from_secs(15),
             shutdown: CancellationToken::new(),
             gate_acks: crate::serve::gate_acks::GateAcks::new(8),
+            gate_lag: Duration::from_secs(4),
         }
     }
 

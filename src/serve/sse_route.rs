@@ -25,6 +25,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io::Write as _;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -40,7 +41,9 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, Sleep};
 
 use crate::clock::{BootInstant, wall_micros};
-use crate::serve::gate_acks::{RegisterError, Registration, from_this_pod, query_param};
+use crate::serve::gate_acks::{
+    RegisterError, Registration, from_this_pod, query_param, slower_than_the_gate_lag,
+};
 use crate::serve::gate_channel::GateChannel;
 use crate::serve::metrics::Metrics;
 use crate::serve::published::LeaderState;
@@ -89,6 +92,18 @@ pub async fn events(
             // A gate of another pod's could hold this pod's releases.
             if let Err(refusal) = from_this_pod(peer.as_ref(), channel.as_ref(), "gates register") {
                 return (StatusCode::FORBIDDEN, refusal).into_response();
+            }
+            if let Some(warning) = query_param(uri.query(), "stops_within_ms")
+                .and_then(|ms| ms.parse().ok())
+                .and_then(|ms| {
+                    slower_than_the_gate_lag(&id, Duration::from_millis(ms), app.gate_lag)
+                })
+            {
+                // Once per process: every exec of a pod shares its flags.
+                static SAID: AtomicBool = AtomicBool::new(false);
+                if !SAID.swap(true, Ordering::Relaxed) {
+                    tracing::warn!("{warning}");
+                }
             }
             match app.gate_acks.register(&id, silent) {
                 Ok(registration) => Some(registration),

@@ -891,3 +891,42 @@ async fn a_followers_exec_says_once_that_it_waits_and_starts_nothing() {
     );
     assert!(log.entries().is_empty(), "a follower started its child");
 }
+
+/// `exec` tells the sidecar its `--grace` when it registers; a gate lag that
+/// does not cover it with a second to spare is warned of, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sidecar_warns_of_an_exec_grace_its_gate_lag_does_not_cover() {
+    const TIMING: Timing = Timing {
+        lease: Duration::from_secs(6),
+        renew_deadline: Duration::from_secs(3),
+        retry: Duration::from_secs(1),
+    };
+    let warning = "does not cover with a second to spare";
+    for (grace, warned) in [("2s", true), ("1s", false)] {
+        let api = FakeApiServer::start("collectors", LEASE).await;
+        let dir = test_dir(&format!("exec-grace-warning-{grace}"));
+        let a = Sidecar::spawn_with(&api, &dir, "a", TIMING, &["--gate-lag", "2500ms"]);
+        a.wait_serving().await;
+        a.wait_leading(TIMING.lease * 3).await;
+        let log = ChildLog(dir.join("children.log"));
+        let url = format!("http://{}", a.gate);
+        let _exec = GateClient::spawn(
+            &dir,
+            "exec-a",
+            &[
+                "exec", "--url", &url, "--grace", grace, "--", "sh", "-c", COLLECTOR,
+            ],
+            &[("NAME", "a"), ("LOG", log.0.to_str().unwrap())],
+        );
+        log.wait_for(SECOND * 10, |e| e.what == "start").await;
+        assert_eq!(
+            a.log().contains(warning),
+            warned,
+            "--grace {grace}:\n{}",
+            a.log()
+        );
+        if warned {
+            assert_eq!(a.log().matches(warning).count(), 1, "{}", a.log());
+        }
+    }
+}
