@@ -161,6 +161,7 @@ impl LeaseStack {
             keep_alive: config.events_keep_alive,
             shutdown: stop_serving.clone(),
             gate_acks,
+            step_aside: Arc::new(tokio::sync::Notify::new()),
         };
         let mut election = Election::new(settings, fastrand::u64(..));
         election.set_successor_claim_window(config.successor_claim_window);
@@ -193,6 +194,7 @@ impl LeaseStack {
             Inputs {
                 collector_health,
                 spread: spread.clone(),
+                step_aside: Some(app.step_aside.clone()),
             },
         );
         // With several Leases, every line the election logs names its Lease.

@@ -341,6 +341,9 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Where `/events?gate=ID` registers and `POST /gates/ID/closed` acknowledges.
     pub gate_acks: Arc<GateAcks>,
+    /// Where `POST /handover` asks the election to step down and stand
+    /// aside ([`crate::serve::step_down`]).
+    pub step_aside: Arc<tokio::sync::Notify>,
 }
 
 /// The `/leader` body for `state`, judged now, written into `out`: the same
@@ -574,6 +577,7 @@ mod tests {
             keep_alive: Duration::from_secs(15),
             shutdown: CancellationToken::new(),
             gate_acks: crate::serve::gate_acks::GateAcks::new(8),
+            step_aside: Default::default(),
         }
     }
 

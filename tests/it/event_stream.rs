@@ -63,6 +63,7 @@ async fn serve_with(max_subscribers: usize, keep_alive: Duration, limits: Limits
         keep_alive,
         shutdown: stop.clone(),
         gate_acks: leader_gate::serve::gate_acks::GateAcks::new(8),
+        step_aside: Default::default(),
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
