@@ -342,6 +342,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn beside_several_leases_a_step_down_names_its_lease() {
+        use crate::serve::server::Peer;
+        let first = app(leading(BootInstant::after(Duration::from_secs(10))));
+        let mut second = app(leading(BootInstant::after(Duration::from_secs(10))));
+        second.lease_name = "other".into();
+        second.step_aside = Default::default();
+        let (asked_first, asked_second) = (first.step_aside.clone(), second.step_aside.clone());
+        let router = gate_router(&[first, second]);
+        let post = |path: &str| {
+            let mut request = Request::builder()
+                .method("POST")
+                .uri(path)
+                .body(Body::empty())
+                .unwrap();
+            request
+                .extensions_mut()
+                .insert(Peer::Network("127.0.0.1:5000".parse().unwrap()));
+            let router = router.clone();
+            async move { router.oneshot(request).await.unwrap().status() }
+        };
+        let asked = |notify: Arc<tokio::sync::Notify>| async move {
+            tokio::time::timeout(Duration::from_millis(20), notify.notified())
+                .await
+                .is_ok()
+        };
+        assert_eq!(post("/handover").await, StatusCode::BAD_REQUEST);
+        assert_eq!(post("/handover?lease=none").await, StatusCode::NOT_FOUND);
+        assert_eq!(post("/handover?lease=other").await, StatusCode::ACCEPTED);
+        assert!(asked(asked_second).await, "the Lease named");
+        assert!(!asked(asked_first).await, "and no other");
+    }
+
+    #[tokio::test]
     async fn gates_register_from_this_pod_only() {
         use crate::serve::server::Peer;
         let app = app(leading(BootInstant::after(Duration::from_secs(10))));

@@ -39,6 +39,11 @@
 //! collector is unhealthy the machine does not lead, makes no acquisition
 //! attempt, and releases its own record once with the mark of G6.
 //!
+//! A step-down request from this pod ([`Input::StepAside`], its collector's
+//! pre-stop hook) ends the term as a hand-over request does, and keeps the
+//! machine from contending for a bounded time only: unlike
+//! [`Input::Shutdown`] it never ends contention for good (G1).
+//!
 //! # Layout
 //!
 //! - this module: the types, [`Election::handle`], the snapshot and the
