@@ -26,6 +26,8 @@
 #    outside an emptyDir must be refused, each named; and a copy whose exec
 #    gate's --grace equals the default gate lag (the margin rule: --grace at
 #    least 1 s below the gate lag and the margin);
+#    and a copy whose preStop hooks name another Lease and ask over TCP
+#    beside a gate socket (each hook must reach its own sidecar);
 # 7. checks that manifests/kustomize-openapi.json is what
 #    scripts/kustomize_openapi.py writes from kubernetes-validate's
 #    definitions, then builds the overlays users write (the sidecar's
@@ -205,9 +207,10 @@ if python3 scripts/check_manifests.py "$work/socket-broken.yaml" "$work/socket-b
     failed=$((failed + 1))
 elif grep -qF 'DaemonSet/metricbeat container file-gate: `file-gate` names no --url or LEADER_GATE_URL' "$work/socket-broken.out" \
     && grep -qF "Deployment/otel-cluster-collector container collector: does not mount the gate socket's volume gate-socket" "$work/socket-broken.out" \
+    && grep -qF "Deployment/otel-cluster-collector container collector preStop hook: its container does not mount the gate socket's volume gate-socket" "$work/socket-broken.out" \
     && grep -qF "Deployment/metricbeat-cluster container leader-gate: --gate-socket /run/leader-gate/gate.sock is not in an emptyDir" "$work/socket-broken.out" \
-    && [ "$(grep -c '^FAIL' "$work/socket-broken.out")" -eq 3 ]; then
-    echo "ok   check_manifests.py refuses a gate on TCP, a gate without the socket's volume, a socket outside an emptyDir"
+    && [ "$(grep -c '^FAIL' "$work/socket-broken.out")" -eq 4 ]; then
+    echo "ok   check_manifests.py refuses a gate on TCP, a gate or hook without the socket's volume, a socket outside an emptyDir"
     passed=$((passed + 1))
 else
     echo "FAIL check_manifests.py did not refuse the broken gate sockets as expected:"
@@ -240,6 +243,43 @@ elif grep -qF "Deployment/otel-cluster-collector container leader-gate: --gate-l
 else
     echo "FAIL check_manifests.py did not refuse the exec --grace as expected:"
     sed 's/^/     /' "$work/grace-broken.out"
+    failed=$((failed + 1))
+fi
+
+# check_manifests.py refuses preStop hooks that would ask another sidecar,
+# or none: a copy of manifests/ whose routing hook names another Lease and
+# whose exec-gate hook asks over TCP, beside a sidecar that takes a step-down
+# from its gate socket only.
+cp -r manifests "$work/hook-broken"
+python3 - "$work/hook-broken" <<'EOF'
+import sys
+root = sys.argv[1]
+for name, old, new in [
+    ("deployment-routing.yaml",
+     "                  - --lease\n                  - statsd-exporter-leader\n",
+     "                  - --lease\n                  - otel-cluster-collector-leader\n"),
+    ("exec-gate.yaml",
+     "                  - --url=unix:/run/leader-gate/gate.sock\n",
+     "                  - --url=http://127.0.0.1:4040\n"),
+]:
+    path = f"{root}/{name}"
+    text = open(path).read()
+    assert text.count(old) == 1, f"{name} no longer has the hook this test breaks: update it"
+    open(path, "w").write(text.replace(old, new))
+EOF
+kubectl kustomize "$work/hook-broken" >"$work/hook-broken.yaml"
+if python3 scripts/check_manifests.py "$work/hook-broken.yaml" "$work/hook-broken" \
+    "${CARGO_TARGET_DIR:-target}/debug/leader-gate" >"$work/hook-broken.out"; then
+    echo "FAIL check_manifests.py accepted preStop hooks that ask another sidecar"
+    failed=$((failed + 1))
+elif grep -qF "Deployment/statsd-exporter container statsd-exporter preStop hook: --lease otel-cluster-collector-leader is not one of the sidecar's Leases" "$work/hook-broken.out" \
+    && grep -qF "Deployment/otel-cluster-collector container collector preStop hook: has the URL http://127.0.0.1:4040, not the sidecar's gate socket" "$work/hook-broken.out" \
+    && [ "$(grep -c '^FAIL' "$work/hook-broken.out")" -eq 2 ]; then
+    echo "ok   check_manifests.py refuses a preStop hook naming another Lease, and one off the gate socket"
+    passed=$((passed + 1))
+else
+    echo "FAIL check_manifests.py did not refuse the broken preStop hooks as expected:"
+    sed 's/^/     /' "$work/hook-broken.out"
     failed=$((failed + 1))
 fi
 

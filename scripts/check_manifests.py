@@ -29,6 +29,11 @@ finding and exits 1 if there is any. The checks:
   read-write, and every gate mounts that same volume at the same path and
   names `unix:<the socket>` as its --url or LEADER_GATE_URL (a gate left on
   TCP, a gate without the volume, a socket outside an emptyDir are refused);
+- every collector's preStop hook that runs `leader-gate prestop` names one
+  of the sidecar's Leases (--lease) and the sidecar's gate socket as its
+  URL (mounting the socket's volume), runs a binary an init container
+  installed, and terminationGracePeriodSeconds also covers its --timeout +
+  --drain;
 - leader routing (--route-service): a Service without a selector, the
   shipped EndpointSlice `<service>-leader` labelled for it with the same
   port names, the pod IP from the downward API, and get and update (no
@@ -52,7 +57,7 @@ import yaml
 IMAGE = "ghcr.io/leader-gate/leader-gate:0.1.0"
 IMAGE_REPO = IMAGE.rsplit(":", 1)[0]
 USER = 65532
-SUBCOMMANDS = {"serve", "file-gate", "exec", "install", "status", "wait", "watch"}
+SUBCOMMANDS = {"serve", "file-gate", "exec", "install", "status", "wait", "watch", "prestop"}
 # Slack that terminationGracePeriodSeconds keeps beyond the shutdown sequence.
 GRACE_SLACK = 5
 # How far `exec --grace` must stay below the gate lag and below the margin
@@ -358,9 +363,11 @@ def check_leader_gate(docs, doc, template):
             ]
             if not installed:
                 bad(f"{where} container {c['name']}", f"no init container installs the gate into {mount}")
+    leases = lease_names(argv[1:])
+    hook = check_prestop_hooks(where, spec, serve, opts, leases, gates, mains)
     tgps = spec.get("terminationGracePeriodSeconds", 30)
-    if tgps < shutdown + grace + GRACE_SLACK:
-        bad(where, f"terminationGracePeriodSeconds {tgps} < --shutdown-timeout {shutdown}s + exec --grace {grace}s + {GRACE_SLACK}s")
+    if tgps < hook + shutdown + grace + GRACE_SLACK:
+        bad(where, f"terminationGracePeriodSeconds {tgps} < prestop --timeout + --drain {hook:g}s + --shutdown-timeout {shutdown}s + exec --grace {grace}s + {GRACE_SLACK}s")
     # Collector health endpoint.
     health = opts.get("collector-health-url")
     if health and not re.fullmatch(r"http://127\.0\.0\.1:\d+(/.*)?", health):
@@ -370,7 +377,6 @@ def check_leader_gate(docs, doc, template):
         if a and a[0] == "file-gate":
             check_file_gate(docs, where, spec, c, a, by_name, lag, margin, health)
     # RBAC for every Lease, by name.
-    leases = lease_names(argv[1:])
     if not leases:
         bad(cw, "no --lease-name")
     sa = spec.get("serviceAccountName", "default")
@@ -437,6 +443,66 @@ def check_leader_gate(docs, doc, template):
             bad(cw, "readiness on /leader with --route-service: the slice routes, readiness should say the pod works")
         check_routing(docs, doc, serve, opts, namespace, sa)
     return gates
+
+
+def prestop_hooks(containers):
+    """(container, argv) of every preStop exec hook that runs leader-gate."""
+    out = []
+    for c in containers:
+        command = ((((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command")) or []
+        if command and command[0].endswith("/leader-gate"):
+            out.append((c, command[1:]))
+    return out
+
+
+def check_prestop_hooks(where, spec, serve, opts, leases, gates, mains):
+    """Each collector's preStop hook (`leader-gate prestop`) asks this pod's
+    own sidecar: it names one of the sidecar's Leases (--lease) and the
+    sidecar's gate socket as its URL (loopback TCP when the sidecar has no
+    socket), mounts the socket's volume, and runs a binary an init container
+    installed into a volume it mounts. Returns the longest hook's bound,
+    --timeout + --drain, in seconds (0 without one)."""
+    longest = 0.0
+    socket = opts.get("gate-socket") or env_value(serve, "LEADER_GATE_GATE_SOCKET")
+    socket_mount = mount_of(serve, socket) if socket else None
+    for c, a in prestop_hooks(mains):
+        hw = f"{where} container {c['name']} preStop hook"
+        if not a or a[0] != "prestop":
+            bad(hw, f"runs leader-gate {a[:1]}, not `prestop`")
+            continue
+        f = flags(a[1:])
+        try:
+            longest = max(longest, seconds(f.get("timeout", "5s")) + seconds(f.get("drain", "1s")))
+        except ValueError as e:
+            bad(hw, str(e))
+        lease = f.get("lease")
+        if lease is None:
+            bad(hw, f"names no --lease: name the sidecar's Lease ({', '.join(leases)}), so the hook cannot ask another sidecar's")
+        elif lease not in leases:
+            bad(hw, f"--lease {lease} is not one of the sidecar's Leases {leases}")
+        url = f.get("url") or env_value(c, "LEADER_GATE_URL")
+        if socket:
+            if url not in (f"unix:{socket}", f"unix://{socket}"):
+                bad(hw, f"has the URL {url}, not the sidecar's gate socket unix:{socket}: the sidecar takes a step-down from its socket only")
+            elif socket_mount and not any(
+                m["name"] == socket_mount["name"]
+                and m["mountPath"].rstrip("/") == socket_mount["mountPath"].rstrip("/")
+                for m in c.get("volumeMounts") or []
+            ):
+                bad(hw, f"its container does not mount the gate socket's volume {socket_mount['name']} at {socket_mount['mountPath']}")
+        elif url is not None and not re.fullmatch(r"http://(127\.0\.0\.1|localhost|\[::1\]):\d+/?", url):
+            bad(hw, f"has the URL {url}, not this pod's loopback gate listener")
+        binary = ((c.get("lifecycle") or {})["preStop"]["exec"]["command"])[0]
+        directory = os.path.dirname(binary)
+        if not mount_of(c, binary):
+            bad(hw, f"{binary} is in no volume its container mounts")
+        installed = [
+            i for i, ia in gates
+            if ia and ia[0] == "install" and os.path.dirname(positional(ia)[0]) == directory
+        ]
+        if not installed:
+            bad(hw, f"no init container installs the gate into {directory}")
+    return longest
 
 
 # The subcommands that register as gates (/events?gate=ID) and acknowledge.
@@ -720,6 +786,9 @@ def run_binary(binary, where, container, argv, configmaps, volumes):
             expect, timeout = 78, 20
         elif sub == "exec":
             expect, timeout = 127, 20
+        elif sub == "prestop":
+            # No sidecar answers: it must give up at once, exit 0.
+            expect, timeout = 0, 5
         elif sub == "install":
             dest = positional(args)[0]
             args = [a if a != dest else root + dest for a in args]
@@ -775,7 +844,8 @@ def main():
         check_security(where, template["spec"])
         gates = check_leader_gate(docs, doc, template)
         volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
-        for container, argv in gates:
+        hooks = prestop_hooks(template["spec"].get("containers", [])) if gates else []
+        for container, argv in gates + hooks:
             if argv:
                 run_binary(binary, where, container, argv, configmaps, volumes)
                 ran += 1

@@ -43,6 +43,10 @@ pub enum Command {
     Status(ClientArgs),
     /// Wait until this pod leads: exit 0 then, 1 on --timeout.
     Wait(WaitArgs),
+    /// A collector container's preStop hook: ask this pod's sidecar to hand
+    /// the Lease over, wait for another holder (--timeout), then --drain;
+    /// always exit 0.
+    Prestop(crate::client::prestop::PrestopArgs),
     /// Copy this binary to DEST (for an image without `cp`: the exec gate
     /// reaches the collector's container through a shared volume).
     Install(InstallArgs),

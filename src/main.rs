@@ -97,6 +97,15 @@ async fn run_client(command: Command) -> ExitCode {
                 }
             }
         }
+        Command::Prestop(leader_gate::client::prestop::PrestopArgs {
+            client,
+            timeout,
+            drain,
+        }) => {
+            // Whatever happened, the pod's deletion goes on: exit 0.
+            let _outcome = leader_gate::client::prestop::run(client.gate(), timeout, drain).await;
+            ExitCode::SUCCESS
+        }
         Command::FileGate(FileGateArgs {
             client,
             reload_url,

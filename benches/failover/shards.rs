@@ -135,6 +135,7 @@ impl Group {
                 Inputs {
                     collector_health: None,
                     spread: Some(spread),
+                    step_aside: None,
                 },
             )));
         }

@@ -9,7 +9,9 @@
 //! term may start another child, so two terms' children never overlap. A
 //! child that exits on its own ends `exec` with its status (the kubelet then
 //! restarts the container, and the restart count shows it). SIGTERM or
-//! SIGINT stop the child the same way and exit 0; SIGHUP, SIGQUIT, SIGUSR1
+//! SIGINT stop the child the same way and exit 0 (then, once the
+//! tree is gone, `exec` asks the sidecar to hand the Lease over:
+//! [`crate::serve::step_down`]); SIGHUP, SIGQUIT, SIGUSR1
 //! and SIGUSR2 are forwarded to the child.
 //!
 //! `exec` is a registered gate ([`Feed::registered`]): once a term's whole
@@ -172,6 +174,10 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
                     // Nothing of the term is left, and exec will not start
                     // another child for it: the sidecar may release now.
                     acknowledge(&feed, &run.term).await;
+                    if run.quit {
+                        // SIGTERM: the pod is going away, its tree is gone.
+                        hand_over(&options.url).await;
+                    }
                     return Ok(run.exited.as_ref().map_or(0, exit_code));
                 }
                 unacknowledged = Some(run.term);
@@ -325,6 +331,19 @@ async fn acknowledge(feed: &Feed, term: &str) {
         Err(why) => log(&why),
     }
 }
+
+/// After a SIGTERM stopped the whole tree: asks the sidecar to hand over
+/// now rather than when the kubelet stops it, after this container exited
+/// (best-effort, bounded: a follower has nothing to hand over).
+async fn hand_over(url: &crate::client::url::GateUrl) {
+    match crate::client::prestop::ask(url, HAND_OVER_TIMEOUT).await {
+        Ok(_) => log("asked the sidecar to hand the Lease over"),
+        Err(why) => log(&why),
+    }
+}
+
+/// Bound on the step-down request of [`hand_over`].
+const HAND_OVER_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn log(message: &str) {
     eprintln!("leader-gate exec: {message}");

@@ -11,6 +11,8 @@
 //! - [`watch`]: `leader-gate watch`, one line per event.
 //! - [`status`]: `leader-gate status` and `leader-gate wait`.
 //! - [`exec`]: `leader-gate exec -- COMMAND`, a child that runs only while leading.
+//! - [`prestop`]: `leader-gate prestop`, a collector's `preStop` hook that
+//!   hands the Lease over before the collector is stopped.
 //! - [`process_tree`]: the process group, parent-death signal and reaping `exec` relies on.
 //! - [`death_guard`]: a forked process that acts when its parent is killed
 //!   (`exec`'s group, `file-gate`'s copies).
@@ -24,6 +26,7 @@ pub mod exec;
 pub mod feed;
 pub mod file_gate;
 pub mod place;
+pub mod prestop;
 pub mod process_tree;
 pub mod sse_reader;
 pub mod status;

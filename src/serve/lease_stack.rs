@@ -162,6 +162,7 @@ impl LeaseStack {
             shutdown: stop_serving.clone(),
             gate_acks,
             gate_lag: config.shutdown.gate_lag,
+            step_aside: Arc::new(tokio::sync::Notify::new()),
         };
         let mut election = Election::new(settings, fastrand::u64(..));
         election.set_successor_claim_window(config.successor_claim_window);
@@ -210,6 +211,7 @@ impl LeaseStack {
             Inputs {
                 collector_health,
                 spread: spread.clone(),
+                step_aside: Some(app.step_aside.clone()),
             },
         );
         // With several Leases, every line the election logs names its Lease.

@@ -14,6 +14,8 @@
 //!   acknowledgements that it ended for them (an early release);
 //!   [`gate_channel`]: who may register and acknowledge (loopback, or the
 //!   pod-local gate socket).
+//! - [`step_down`]: `POST /handover`, this pod asking its sidecar to hand
+//!   the Lease over before its containers are stopped.
 //! - [`kube_events`]: Kubernetes Events about the Lease (`--record-events`).
 //! - [`routing`]: the EndpointSlice that routes a Service to the leader
 //!   (`--route-service`).
@@ -39,4 +41,5 @@ pub mod server;
 pub mod sidecar;
 pub mod spreading;
 pub mod sse_route;
+pub mod step_down;
 pub mod transitions;

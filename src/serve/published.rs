@@ -343,6 +343,9 @@ pub struct AppState {
     pub gate_acks: Arc<GateAcks>,
     /// `--gate-lag`: what a gate that stops slower is warned of.
     pub gate_lag: Duration,
+    /// Where `POST /handover` asks the election to step down and stand
+    /// aside ([`crate::serve::step_down`]).
+    pub step_aside: Arc<tokio::sync::Notify>,
 }
 
 /// The `/leader` body for `state`, judged now, written into `out`: the same
@@ -577,6 +580,7 @@ mod tests {
             shutdown: CancellationToken::new(),
             gate_acks: crate::serve::gate_acks::GateAcks::new(8),
             gate_lag: Duration::from_secs(4),
+            step_aside: Default::default(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! cancellation token fires.
 //!
 //! - gate router (pod-local): `GET|HEAD /leader`, `GET /events`,
-//!   `POST /gates/{gate}/closed`
+//!   `POST /gates/{gate}/closed`, `POST /handover` ([`crate::serve::step_down`])
 //! - admin router (kubelet, Prometheus): `/leader`, `/healthz`, `/readyz`, `/metrics`
 //! - with several Leases, each Lease's routes behind [`several`]'s
 //!   dispatcher (`/leader/{lease}`, `?lease=`), and `/leases`
@@ -40,7 +40,8 @@ pub fn admin_router(apps: &[AppState]) -> Router {
     }
 }
 
-/// One Lease's gate routes: `/leader`, `/events`, `/gates/{gate}/closed`.
+/// One Lease's gate routes: `/leader`, `/events`, `/gates/{gate}/closed`,
+/// `/handover`.
 /// The handlers share the state behind one `Arc` (one reference count per
 /// request, not one per field).
 pub fn lease_gate_router(app: AppState) -> Router {
@@ -49,6 +50,7 @@ pub fn lease_gate_router(app: AppState) -> Router {
         .route("/leader/{lease}", get(named_leader))
         .route("/events", get(sse_route::events))
         .route("/gates/{gate}/closed", post(gate_acks::closed))
+        .route("/handover", post(crate::serve::step_down::handover))
         .with_state(Arc::new(app))
 }
 
@@ -187,6 +189,7 @@ mod tests {
             shutdown: CancellationToken::new(),
             gate_acks: crate::serve::gate_acks::GateAcks::new(8),
             gate_lag: Duration::from_secs(4),
+            step_aside: Default::default(),
         }
     }
 
@@ -297,6 +300,79 @@ mod tests {
         );
         assert_eq!(post("[::1]:5000", ok).await, StatusCode::NO_CONTENT);
         assert!(acks.closed_now());
+    }
+
+    #[tokio::test]
+    async fn a_step_down_is_asked_from_this_pod_only() {
+        use crate::serve::server::Peer;
+        let app = app(leading(BootInstant::after(Duration::from_secs(10))));
+        let asked = app.step_aside.clone();
+        let router = lease_gate_router(app);
+        let post = |peer: &str, path: &str| {
+            let mut request = Request::builder()
+                .method("POST")
+                .uri(path)
+                .body(Body::empty())
+                .unwrap();
+            request
+                .extensions_mut()
+                .insert(Peer::Network(peer.parse().unwrap()));
+            let router = router.clone();
+            async move { router.oneshot(request).await.unwrap().status() }
+        };
+        let not_yet = || async {
+            tokio::time::timeout(Duration::from_millis(20), asked.notified())
+                .await
+                .is_err()
+        };
+        assert_eq!(
+            post("10.0.0.7:5000", "/handover").await,
+            StatusCode::FORBIDDEN
+        );
+        assert!(not_yet().await, "nobody elsewhere may take this pod out");
+        assert_eq!(
+            post("127.0.0.1:5000", "/handover?lease=other").await,
+            StatusCode::NOT_FOUND
+        );
+        assert!(not_yet().await);
+        assert_eq!(
+            post("127.0.0.1:5000", "/handover?lease=demo").await,
+            StatusCode::ACCEPTED
+        );
+        assert!(!not_yet().await, "the election was asked");
+    }
+
+    #[tokio::test]
+    async fn beside_several_leases_a_step_down_names_its_lease() {
+        use crate::serve::server::Peer;
+        let first = app(leading(BootInstant::after(Duration::from_secs(10))));
+        let mut second = app(leading(BootInstant::after(Duration::from_secs(10))));
+        second.lease_name = "other".into();
+        second.step_aside = Default::default();
+        let (asked_first, asked_second) = (first.step_aside.clone(), second.step_aside.clone());
+        let router = gate_router(&[first, second]);
+        let post = |path: &str| {
+            let mut request = Request::builder()
+                .method("POST")
+                .uri(path)
+                .body(Body::empty())
+                .unwrap();
+            request
+                .extensions_mut()
+                .insert(Peer::Network("127.0.0.1:5000".parse().unwrap()));
+            let router = router.clone();
+            async move { router.oneshot(request).await.unwrap().status() }
+        };
+        let asked = |notify: Arc<tokio::sync::Notify>| async move {
+            tokio::time::timeout(Duration::from_millis(20), notify.notified())
+                .await
+                .is_ok()
+        };
+        assert_eq!(post("/handover").await, StatusCode::BAD_REQUEST);
+        assert_eq!(post("/handover?lease=none").await, StatusCode::NOT_FOUND);
+        assert_eq!(post("/handover?lease=other").await, StatusCode::ACCEPTED);
+        assert!(asked(asked_second).await, "the Lease named");
+        assert!(!asked(asked_first).await, "and no other");
     }
 
     #[tokio::test]

@@ -19,7 +19,9 @@
 //! so a replay injects the same faults, but not at the same instants of
 //! their elections (a fault aimed at "the leader" hits whoever leads then).
 //!
-//! Faults: SIGKILL and restart, SIGTERM and restart, SIGSTOP for longer than
+//! Faults: SIGKILL and restart, SIGTERM and restart (two thirds of them after
+//! a pre-stop step-down, `POST /handover` as `leader-gate prestop` sends it,
+//! up to 1.5 s before the SIGTERM), SIGSTOP for longer than
 //! the lease then SIGCONT, per-client partition, 403 episodes (RBAC binding
 //! deleted, or 403 on some verbs), 5xx bursts, 429 with Retry-After, added
 //! latency, hung requests, dropped watches, 410 Gone (open watches expired,
@@ -587,6 +589,26 @@ fn least_used(
         .unwrap_or(drawn)
 }
 
+/// `POST /handover` on a sidecar's gate listener, as `leader-gate prestop`
+/// sends it: the status (`None`: no answer within half a second).
+async fn ask_step_down(gate: SocketAddr) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(gate).await.ok()?;
+        stream
+            .write_all(b"POST /handover HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await.ok()?;
+        std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+    };
+    tokio::time::timeout(Duration::from_millis(500), exchange)
+        .await
+        .ok()
+        .flatten()
+}
+
 /// The successor the Lease names, if any.
 fn successor_of(lease: &Value) -> Option<String> {
     lease
@@ -880,14 +902,26 @@ impl Chaos {
                 Some((format!("down {down:?}"), Some(down), Some(Heal::Restart(i))))
             }
             Kind::Term => {
+                // Variants 0 and 1: a pod deletion with the collector's
+                // pre-stop hook — a step-down asked of the sidecar (POST
+                // /handover), then its SIGTERM up to 1.5 s later, while it
+                // hands over. Variant 2: a deletion without the hook.
+                let hook = d.variant != 2;
+                let mut asked = String::new();
+                if hook && let Some(s) = &self.members[i].sidecar {
+                    let status = ask_step_down(s.gate).await;
+                    let wait = secs(d.frac * 1.5);
+                    tokio::time::sleep(wait).await;
+                    asked = format!("a pre-stop step-down ({status:?}), SIGTERM {wait:?} later; ");
+                }
                 let member = &mut self.members[i];
                 if let Some(s) = &member.sidecar {
                     s.signal(libc::SIGTERM);
                 }
-                member.state = Proc::Terminating(now);
+                member.state = Proc::Terminating(Instant::now());
                 member.down_for = secs(d.frac * 3.0);
                 Some((
-                    format!("down {:?} after the exit", member.down_for),
+                    format!("{asked}down {:?} after the exit", member.down_for),
                     None,
                     Some(Heal::AfterExit(i)),
                 ))

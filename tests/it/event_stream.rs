@@ -64,6 +64,7 @@ async fn serve_with(max_subscribers: usize, keep_alive: Duration, limits: Limits
         shutdown: stop.clone(),
         gate_acks: leader_gate::serve::gate_acks::GateAcks::new(8),
         gate_lag: Duration::from_secs(4),
+        step_aside: Default::default(),
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -27,6 +27,7 @@ mod lease_protection;
 mod logging;
 mod monitoring_files;
 mod outage;
+mod prestop;
 mod prometheus;
 mod prometheus_gates;
 mod rbac_and_events;

@@ -1,9 +1,12 @@
 //! Leader routing through an EndpointSlice (`--route-service`): real sidecars
 //! against the fake API server, with the slice and the Role that
 //! `manifests/deployment-routing.yaml` ships. Make before break: through a
-//! SIGTERM or a hand-over request the slice is never empty — the old leader
-//! stays listed, marked terminating (still serving), until the new leader's
-//! one write replaces it — and the release does not wait for the route.
+//! SIGTERM, a hand-over request or a step-down asked by the collector's
+//! pre-stop hook (`leader-gate prestop`) the slice is never empty — the old
+//! leader stays listed, marked terminating (still serving), until the new
+//! leader's one write replaces it — and the release does not wait for the
+//! route; the hook returns only after the new leader is listed, plus its
+//! drain.
 //! After a SIGKILL, a 403 or a Lease edit the leader that lost the Lease never
 //! writes again and stays listed as it was until the next leader writes, and
 //! no version after that write lists it. A missing grant is logged once and
@@ -561,6 +564,80 @@ async fn through_a_handover_request_the_slice_is_never_empty_and_a_leader_denied
         assert_never_listed_after_the_next_write(&api, &samples, &second_name, lost_at);
     }
     assert_slice_named_only_holders(&api);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_down_from_the_prestop_hook_keeps_the_slice_full_and_returns_once_the_peer_is_listed()
+ {
+    let api = api_with_shipped_objects().await;
+    let dir = test_dir("routing-prestop");
+    // The example's timing: no gate lag (the route is the switch).
+    let sidecars: Vec<Sidecar> = (0..2)
+        .map(|n| {
+            let ip = pod_ip(n);
+            Sidecar::spawn_with(
+                &api,
+                &dir,
+                &format!("statsd-{n}"),
+                Timing::FAST,
+                &["--route-service", SERVICE, "--pod-ip", &ip, "--gate-lag=0s"],
+            )
+        })
+        .collect();
+    for s in &sidecars {
+        s.wait_serving().await;
+    }
+    let all: Vec<&Sidecar> = sidecars.iter().collect();
+    let within = Timing::FAST.lease * 4;
+    let old = wait_any_leader(&all, within).await;
+    let old_name = sidecars[old].name.clone();
+    let new_name = sidecars[1 - old].name.clone();
+    wait_listed(&api, &old_name, Duration::from_secs(5)).await;
+
+    // The collector's preStop hook, as the manifest writes it.
+    let sampler = Sampler::start(&api);
+    let asked = Instant::now();
+    let mut hook = support::gate_clients::GateClient::spawn(
+        &dir,
+        "prestop",
+        &[
+            "prestop",
+            "--url",
+            &format!("http://{}", sidecars[old].gate),
+            "--lease",
+            LEASE,
+            "--timeout=5s",
+            "--drain=1s",
+        ],
+        &[],
+    );
+    let (status, returned) = hook
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("prestop returns within its bound");
+    assert_eq!(status.code(), Some(0), "{}", hook.stderr());
+    let samples = sampler.finish().await;
+    let named = assert_made_before_broken(&api, &samples, &old_name, &new_name, asked);
+    assert!(
+        returned.duration_since(named) >= Duration::from_millis(950),
+        "the collector is stopped only after the new leader is listed and the drain passed: {:?}",
+        returned.duration_since(named)
+    );
+    let mut sidecars = sidecars;
+    assert!(
+        sidecars[old].exited().is_none(),
+        "no SIGTERM was sent to the old sidecar"
+    );
+    assert_eq!(
+        entries(&api.endpoint_slice(SLICE).unwrap()),
+        only(&new_name, Conditions::READY)
+    );
+    assert_slice_named_only_holders(&api);
+    println!(
+        "MEASURE routing prestop: the new leader listed {:.3}s after the hook's request; the hook returned {:.3}s after it",
+        named.duration_since(asked).as_secs_f64(),
+        returned.duration_since(asked).as_secs_f64()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -138,6 +138,10 @@ pub struct Inputs {
     /// What this process holds of the other Leases of its group, for a
     /// sidecar elected for several ([`Spread`]).
     pub spread: Option<watch::Receiver<Spread>>,
+    /// Step-down requests from this pod (`POST /handover` on the gate
+    /// channel): each one becomes [`Input::StepAside`] for one lease
+    /// duration.
+    pub step_aside: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// Runs the election until `shutdown` is cancelled, then hands over.
@@ -153,6 +157,7 @@ pub async fn run(
     let Inputs {
         collector_health,
         spread,
+        step_aside,
     } = inputs;
     let _ended = EndOnDrop(heartbeat.clone());
     let settings = election.settings();
@@ -167,6 +172,7 @@ pub async fn run(
         gate_lag: options.gate_lag,
         collector_health,
         spread,
+        step_aside,
         resumable: None,
     };
     if let Some(health) = &mut driver.collector_health {
@@ -204,6 +210,8 @@ struct Driver {
     collector_health: Option<watch::Receiver<CollectorVerdict>>,
     /// What this process holds of its group's other Leases; `None` alone.
     spread: Option<watch::Receiver<Spread>>,
+    /// Step-down requests from this pod; `None` when not taken.
+    step_aside: Option<Arc<tokio::sync::Notify>>,
     /// What the outlet was last told a restart may resume.
     resumable: Option<Recorded>,
 }
@@ -259,6 +267,10 @@ impl Driver {
                         Input::CollectorHealth(false)
                     }
                 },
+                () = step_aside_asked(&self.step_aside) => {
+                    tracing::info!("this pod asked to hand over: stepping down and standing aside for a lease duration");
+                    Input::StepAside { stand_aside: self.election.settings().lease_duration }
+                }
                 spread = spread_change(&mut self.spread) => match spread {
                     Some(spread) => Input::Spread(spread),
                     None => {
@@ -792,6 +804,14 @@ async fn health_change(
             Ok(()) => Some(*rx.borrow_and_update()),
             Err(_) => None,
         },
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when this pod asks for a step-down, or never when it cannot.
+async fn step_aside_asked(asked: &Option<Arc<tokio::sync::Notify>>) {
+    match asked {
+        Some(notify) => notify.notified().await,
         None => std::future::pending().await,
     }
 }

@@ -374,6 +374,7 @@ impl Candidate {
             Inputs {
                 collector_health: health,
                 spread: None,
+                step_aside: None,
             },
         ));
         Self {

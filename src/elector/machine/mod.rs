@@ -39,6 +39,11 @@
 //! collector is unhealthy the machine does not lead, makes no acquisition
 //! attempt, and releases its own record once with the mark of G6.
 //!
+//! A step-down request from this pod ([`Input::StepAside`], its collector's
+//! pre-stop hook) ends the term as a hand-over request does, and keeps the
+//! machine from contending for a bounded time only: unlike
+//! [`Input::Shutdown`] it never ends contention for good (G1).
+//!
 //! # Layout
 //!
 //! - this module: the types, [`Election::handle`], the snapshot and the
@@ -131,6 +136,15 @@ pub enum Input {
     /// What this process holds of its group's other Leases (see `spread`);
     /// a process elected for one Lease never sends it.
     Spread(Spread),
+    /// Hand the Lease over without shutting down (a step-down request from
+    /// this pod, e.g. its collector's pre-stop hook): step down
+    /// ([`StopReason::HandoverRequested`]), release our own record with the
+    /// mark of G6 (naming the successor already named), and stand aside —
+    /// no acquisition, no claim of the successor slot — for `stand_aside`,
+    /// so that a peer takes over. Then contend again (G1): a collector
+    /// restarted in place (a failed liveness probe runs its pre-stop hook
+    /// too) must not leave its pod out of the election for good.
+    StepAside { stand_aside: Duration },
 }
 
 /// What the driver must do.
@@ -343,6 +357,9 @@ pub struct Election {
     successor: successor::Slot,
     /// What this process holds of its group's other Leases.
     spread: Spread,
+    /// Standing aside after a step-down request until then
+    /// ([`Input::StepAside`]).
+    aside_until: Option<Instant>,
 }
 
 // === impl Election ===
@@ -377,6 +394,7 @@ impl Election {
             collector_healthy: None,
             released_while_unhealthy: false,
             spread: Spread::default(),
+            aside_until: None,
         }
     }
 
@@ -455,6 +473,16 @@ impl Election {
                 self.acquire_at = None;
             }
             Input::Spread(spread) => self.set_spread(spread),
+            Input::StepAside { stand_aside } => {
+                self.aside_until = Some(now.instant + stand_aside);
+                self.step_down(StopReason::HandoverRequested);
+                self.acquire_at = None;
+            }
+        }
+        if self.aside_until.is_some_and(|until| now.instant >= until) {
+            // The stand-aside is over: the next attempt is computed afresh.
+            self.aside_until = None;
+            self.acquire_at = None;
         }
         self.enforce_deadline(now);
         self.successor_turn(now, &mut actions);
@@ -506,6 +534,11 @@ impl Election {
                 .and_then(successor::successor_of),
             own_record,
         }
+    }
+
+    /// Standing aside after a step-down request ([`Input::StepAside`]).
+    fn standing_aside(&self, now: Instant) -> bool {
+        self.aside_until.is_some_and(|until| now < until)
     }
 
     /// Whether the collector may be led for: healthy, or never checked.

@@ -63,6 +63,9 @@ impl Election {
         if let Some(claim_at) = self.successor.claim_at {
             at(claim_at);
         }
+        if let Some(until) = self.aside_until {
+            at(until);
+        }
         if let Some((_, attempt)) = self.acquire_at {
             at(self.not_before.map_or(attempt, |nb| nb.max(attempt)));
         }
@@ -146,6 +149,8 @@ impl Election {
                     actions.push(Action::Write(write));
                 }
             }
+            // A pod asked to stand aside makes no attempt until it is over.
+            Role::Following if self.standing_aside(now.instant) => {}
             Role::Following => {
                 let free_at = view.free_at();
                 let attempt = match self.acquire_at {

@@ -260,7 +260,8 @@ impl Election {
             if self.successor.preferred_at_start.is_none() {
                 self.successor.preferred_at_start = Some(preferred_holder(&lease));
             }
-            if own && self.handover_target(&lease).is_some() {
+            let aside = self.standing_aside(now.instant);
+            if own && (aside || self.handover_target(&lease).is_some()) {
                 self.step_down(StopReason::HandoverRequested);
             } else if own && let Some(to) = self.rebalance_target(named.as_deref()) {
                 self.successor.rebalance_to = Some(to);
@@ -279,7 +280,8 @@ impl Election {
             .view
             .as_ref()
             .is_some_and(|view| view.live_holder(now.instant).is_some());
-        if own && live && self.handover_target(&lease).is_some() {
+        let aside = self.standing_aside(now.instant);
+        if own && live && (aside || self.handover_target(&lease).is_some()) {
             // Asked to hand over a record still ours: the release names the
             // target (the driver sends it once the gates had their lag).
             if !busy && let Some(release) = self.release(now, self.request_timeout(now.instant)) {
@@ -291,7 +293,7 @@ impl Election {
         let me = self.settings.identity.as_str();
         // A pod that stops, or holds another Lease of its group, stands back.
         let standing_back =
-            self.shutting_down || !self.collector_healthy() || self.holds_elsewhere();
+            self.shutting_down || !self.collector_healthy() || self.holds_elsewhere() || aside;
         if named.as_deref() == Some(me) {
             self.successor.claim_at = None;
             if standing_back && !self.successor.resigned && !busy {

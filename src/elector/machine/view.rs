@@ -266,7 +266,8 @@ impl Election {
                 write.overtaken = true;
             }
         }
-        let may_lead = !self.shutting_down && self.collector_healthy();
+        let may_lead =
+            !self.shutting_down && self.collector_healthy() && !self.standing_aside(now.instant);
         match (&mut self.role, own) {
             (
                 Role::Leading {

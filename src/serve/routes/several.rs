@@ -82,7 +82,7 @@ fn lease_param(uri: &Uri) -> Option<String> {
 }
 
 /// The gate listener: `/leader`, `/leases`, `/leader/{lease}`, and each
-/// Lease's `/events` and `/gates/{gate}/closed` by `?lease=`.
+/// Lease's `/events`, `/gates/{gate}/closed` and `/handover` by `?lease=`.
 pub(super) fn gate_router(routers: Vec<Router>, apps: &[AppState]) -> Router {
     Router::new()
         .route("/leader", get(holdings))
@@ -90,6 +90,7 @@ pub(super) fn gate_router(routers: Vec<Router>, apps: &[AppState]) -> Router {
         .route("/leader/{lease}", get(lease_leader))
         .route("/events", get(by_query))
         .route("/gates/{gate}/closed", any(by_query))
+        .route("/handover", any(by_query))
         .with_state(Group::new(routers, apps))
 }
 

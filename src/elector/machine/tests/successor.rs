@@ -261,6 +261,52 @@ fn a_hand_over_request_closes_the_gates_then_releases_naming_the_target() {
 }
 
 #[test]
+fn a_step_aside_releases_naming_the_successor_and_stands_aside_for_its_whole_time() {
+    let mut h = Harness::new("me");
+    let t = h.lead();
+    let term = h.snapshot(t).term.unwrap();
+    edit(&mut h, |o| {
+        set_annotation(o, SUCCESSOR_ANNOTATION, Some("b"))
+    });
+    let named = h.server.clone().unwrap();
+    h.feed(Input::Observed(Some(named)), t + 0.5);
+    let actions = h.feed(
+        Input::StepAside {
+            stand_aside: Duration::from_secs(15),
+        },
+        t + 1.0,
+    );
+    assert!(!h.election.is_leading(), "steps down first");
+    assert_eq!(
+        h.snapshot(t + 1.0).last_stop,
+        Some(StopReason::HandoverRequested)
+    );
+    let release = the_release_naming(&actions, &term, "b");
+    let stored = h.accept(release);
+    h.feed(Input::Written(Ok(stored)), t + 1.1);
+    // Free and released: a candidate would take it at once, but this one
+    // stands aside for the whole 15 s, then contends again (G1).
+    assert_eq!(h.first_write(t + 1.1, t + 15.9), None, "stands aside");
+    let (_, again) = h.first_write(t + 16.0, t + 20.0).expect("contends again");
+    assert_eq!(write_of(&again).purpose, Purpose::Acquire);
+}
+
+#[test]
+fn a_follower_asked_to_step_aside_makes_no_attempt_at_an_expiry_meanwhile() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    let stand_aside = Duration::from_secs(30);
+    assert!(
+        h.feed(Input::StepAside { stand_aside }, 1.0).is_empty(),
+        "nothing to hand over"
+    );
+    assert_eq!(h.first_write(1.0, 30.9), None, "no attempt, no claim");
+    let (_, attempt) = h.first_write(31.0, 35.0).expect("contends again");
+    assert_eq!(write_of(&attempt).purpose, Purpose::Acquire);
+}
+
+#[test]
 fn a_hand_over_to_ourselves_is_ignored() {
     let mut h = Harness::new("me");
     let t = h.lead();
