@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::program::{DEFAULTS, LEASE, NAMESPACE};
-use crate::support::fake_apiserver::FakeApiServer;
+use crate::support::fake_apiserver::{FakeApiServer, Verb};
 use crate::support::file_gate::FileGate;
 use crate::support::gate_clients::{COLLECTOR, ChildLog, GateClient, spawn_exec, wall_now};
 use crate::support::sidecar::{Sidecar, test_dir};
@@ -80,6 +80,84 @@ async fn deletions(rounds: usize, extra: &[&str]) -> Vec<Duration> {
         tokio::time::sleep(SETTLE).await;
     }
     out
+}
+
+/// `rounds` SIGTERMs of the leader's `exec` alone, as a pod deletion with
+/// native sidecars sends it first: `exec` stops its tree, acknowledges and
+/// asks its own sidecar to hand over, without the sidecar's SIGTERM. Each
+/// round: the tree gone → the release reaches the API server, and → the
+/// peer's collector starts.
+pub async fn exec_hands_over(rounds: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir("bench-exec-hands-over");
+    let log = ChildLog(dir.join("children.log"));
+    let args = ["--successor-claim-window", CLAIM_WINDOW];
+    let start = |name: &'static str, run: usize| start_pod(&api, &dir, &log, name, run, &args);
+    let mut pods = [start("a", 0).await, start("b", 0).await];
+    let first = log
+        .wait_for(DEFAULTS.lease * 3, |e| e.what == "start")
+        .await;
+    let mut leader = NAMES.iter().position(|n| *n == first.name).unwrap();
+    tokio::time::sleep(SETTLE).await;
+    let (mut released, mut started) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let peer = 1 - leader;
+        let pod = &mut pods[leader];
+        let signalled = Instant::now();
+        pod.exec.signal(libc::SIGTERM);
+        // The collector's last word: its tree is gone right after.
+        let stopped = log
+            .wait_for(Duration::from_secs(10), |e| {
+                e.what == "stop"
+                    && e.name == NAMES[leader]
+                    && e.wall > wall_now() - signalled.elapsed().as_secs_f64()
+            })
+            .await;
+        let tree_gone = stopped.wall;
+        let deadline = signalled + DEFAULTS.lease * 2;
+        let release = loop {
+            let release = api
+                .requests_of(NAMES[leader], Verb::Update)
+                .into_iter()
+                .find(|r| r.holder.is_none() && r.status == Some(200) && r.at > signalled);
+            if let Some(release) = release {
+                break release.at;
+            }
+            assert!(Instant::now() < deadline, "never released");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        // The API server's arrival instant, on the wall clock.
+        let release_wall = wall_now() - release.elapsed().as_secs_f64();
+        assert!(
+            release_wall >= tree_gone,
+            "released {:.1} ms before the collector stopped",
+            (tree_gone - release_wall) * 1000.0
+        );
+        released.push(Duration::from_secs_f64(release_wall - tree_gone));
+        pod.exec.wait_exit(Duration::from_secs(10)).await;
+        let child = log
+            .wait_for(DEFAULTS.lease * 2, |e| {
+                e.what == "start" && e.name == NAMES[peer] && e.wall > tree_gone
+            })
+            .await;
+        started.push(Duration::from_secs_f64(child.wall - tree_gone));
+        // The kubelet would restart the collector's container: a new exec
+        // beside the same sidecar (which stands aside for a while).
+        pods[leader].exec = spawn_exec(
+            &dir,
+            NAMES[leader],
+            &format!("http://{}", pods[leader].sidecar.gate),
+            &log.0,
+            COLLECTOR,
+        );
+        log.assert_never_two_at_once();
+        leader = peer;
+        // A sidecar asked to hand over stands aside for a lease duration:
+        // past it, and a successor named again (a real deletion's pod is
+        // replaced by a new one instead).
+        tokio::time::sleep(DEFAULTS.lease + SETTLE).await;
+    }
+    (released, started)
 }
 
 /// Pod `name`'s sidecar and `exec`, in their `run`-th incarnation.

@@ -214,6 +214,19 @@ fn main() {
                 &unacked,
                 |_| true,
             );
+            let (released, started) = acknowledged::exec_hands_over(rounds).await;
+            table.durations(
+                "acknowledged: exec alone gets SIGTERM (a pod deletion, before its sidecar's) → the tree gone → the release",
+                "≤ 50",
+                &released,
+                |p| p <= 50.0,
+            );
+            table.durations(
+                "acknowledged: the same → the peer's collector starts",
+                "≤ 500",
+                &started,
+                |p| p <= 500.0,
+            );
             for (status, goal) in [(200, "≤ 50"), (500, "= the gate lag")] {
                 let v = acknowledged::file_gate(rounds, status).await;
                 table.durations(
