@@ -56,16 +56,7 @@ impl Pods {
 
     /// The index of the sidecar that leads first.
     async fn leader(&self) -> usize {
-        let deadline = Instant::now() + TIMING.lease * 3;
-        loop {
-            for (i, sidecar) in self.sidecars.iter().enumerate() {
-                if sidecar.leader().await.is_some_and(|p| p.leading()) {
-                    return i;
-                }
-            }
-            assert!(Instant::now() < deadline, "nobody led");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        support::sidecar::leading_one(&self.sidecars, TIMING.lease * 3).await
     }
 
     /// When `name`'s acquisition (a write naming it holder, answered 200)

@@ -360,7 +360,20 @@ fn bound_addresses(log: &Path, name: &str) -> (SocketAddr, SocketAddr) {
     panic!("{name} never logged its listening addresses");
 }
 
-/// One plain HTTP/1.1 GET; `None` when nothing answers within a second.
+/// The index of the first of `sidecars` seen leading within `within`.
+pub async fn leading_one(sidecars: &[Sidecar], within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    loop {
+        for (i, sidecar) in sidecars.iter().enumerate() {
+            if sidecar.leader().await.is_some_and(|p| p.leading()) {
+                return i;
+            }
+        }
+        assert!(Instant::now() < deadline, "nobody led");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until one of two sidecars leads (at most `within`) and returns
 /// them as (leader, other).
 pub async fn first_leader<'a>(
@@ -386,6 +399,7 @@ pub async fn first_leader<'a>(
     }
 }
 
+/// One plain HTTP/1.1 GET; `None` when nothing answers within a second.
 pub async fn get(addr: SocketAddr, path: &str) -> Option<Probe> {
     let exchange = async {
         let mut stream = TcpStream::connect(addr).await.ok()?;
