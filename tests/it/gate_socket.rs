@@ -226,3 +226,40 @@ async fn exec_on_the_gate_socket_runs_its_child_and_its_acknowledgement_releases
         "released before the child stopped"
     );
 }
+
+/// A gate on the socket closes when the sidecar dies without a word, as on
+/// TCP: the stream's end decides nothing, the validity it last heard does,
+/// well before a peer may take the Lease (a lease duration after its last
+/// renew).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_on_the_gate_socket_stops_its_child_within_validity_when_the_sidecar_is_killed() {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("gate-socket-sigkill");
+    let socket = socket_in(&dir);
+    let mut a = Sidecar::spawn_with(
+        &api,
+        &dir,
+        "a",
+        TIMING,
+        &["--gate-socket", socket.to_str().unwrap()],
+    );
+    a.wait_serving().await;
+    a.wait_leading(TIMING.lease * 3).await;
+    let log = ChildLog(dir.join("children.log"));
+    let url = format!("unix:{}", socket.display());
+    let _exec = spawn_exec(&dir, "a", &url, &log.0, COLLECTOR);
+    log.wait_for(SECOND * 10, |e| e.what == "start").await;
+
+    let killed = wall_now();
+    a.signal(libc::SIGKILL);
+    assert!(a.wait_exit(SECOND * 5).await.is_some());
+    let stopped = log.wait_for(TIMING.lease, |e| e.what == "stop").await;
+    let after = stopped.wall - killed;
+    println!("gate socket: the child stopped {after:.3} s after the sidecar's SIGKILL");
+    // Validity ends at most a renew deadline after the kill (the last renew
+    // came before it); a peer may start a whole lease duration after it.
+    assert!(
+        after < (TIMING.renew_deadline + Duration::from_millis(500)).as_secs_f64(),
+        "the child stopped {after:.3} s after the SIGKILL: later than its validity"
+    );
+}
