@@ -447,12 +447,12 @@ pub async fn closed(
     channel: Option<Extension<Arc<GateChannel>>>,
     uri: Uri,
 ) -> Response {
-    if let Err(refusal) = from_this_pod(
+    if let Some(refusal) = not_from_this_pod(
         peer.as_ref(),
         channel.as_ref(),
         "acknowledgements are taken",
     ) {
-        return (StatusCode::FORBIDDEN, refusal).into_response();
+        return refusal;
     }
     if let Some(refusal) = not_this_lease(&app, uri.query()) {
         return refusal;
@@ -480,18 +480,22 @@ pub async fn closed(
 
 /// Whether a request came from this pod's own containers, by the gate
 /// channel of the listener's router (a loopback address when it has none):
-/// only they may register a gate or acknowledge for one. The refusal's
-/// words otherwise.
-pub fn from_this_pod(
+/// only they may register a gate, acknowledge for one or ask for a
+/// step-down. Otherwise the 403 to answer, in the words of `what` (as
+/// [`not_this_lease`] answers for another Lease).
+pub fn not_from_this_pod(
     peer: Option<&Extension<Peer>>,
     channel: Option<&Extension<Arc<GateChannel>>>,
     what: &str,
-) -> Result<(), String> {
+) -> Option<Response> {
     let peer = peer.map(|Extension(peer)| peer);
-    match channel {
+    let admitted = match channel {
         Some(Extension(channel)) => channel.admits(peer, what),
         None => GateChannel::Loopback.admits(peer, what),
-    }
+    };
+    admitted
+        .err()
+        .map(|refusal| (StatusCode::FORBIDDEN, refusal).into_response())
 }
 
 /// A gate that may take `stops_within` to stop its collector once a term

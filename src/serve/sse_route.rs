@@ -42,7 +42,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::clock::{BootInstant, wall_micros};
 use crate::serve::gate_acks::{
-    RegisterError, Registration, from_this_pod, query_param, slower_than_the_gate_lag,
+    RegisterError, Registration, not_from_this_pod, query_param, slower_than_the_gate_lag,
 };
 use crate::serve::gate_channel::GateChannel;
 use crate::serve::metrics::Metrics;
@@ -90,8 +90,10 @@ pub async fn events(
         None => None,
         Some(id) => {
             // A gate of another pod's could hold this pod's releases.
-            if let Err(refusal) = from_this_pod(peer.as_ref(), channel.as_ref(), "gates register") {
-                return (StatusCode::FORBIDDEN, refusal).into_response();
+            if let Some(refusal) =
+                not_from_this_pod(peer.as_ref(), channel.as_ref(), "gates register")
+            {
+                return refusal;
             }
             if let Some(warning) = query_param(uri.query(), "stops_within_ms")
                 .and_then(|ms| ms.parse().ok())

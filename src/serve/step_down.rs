@@ -46,7 +46,7 @@ use axum::extract::{Extension, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::serve::gate_acks::from_this_pod;
+use crate::serve::gate_acks::not_from_this_pod;
 use crate::serve::gate_channel::GateChannel;
 use crate::serve::published::AppState;
 use crate::serve::routes::not_this_lease;
@@ -62,12 +62,12 @@ pub async fn handover(
     channel: Option<Extension<Arc<GateChannel>>>,
     uri: Uri,
 ) -> Response {
-    if let Err(refusal) = from_this_pod(
+    if let Some(refusal) = not_from_this_pod(
         peer.as_ref(),
         channel.as_ref(),
         "step-down requests are taken",
     ) {
-        return (StatusCode::FORBIDDEN, refusal).into_response();
+        return refusal;
     }
     if let Some(refusal) = not_this_lease(&app, uri.query()) {
         return refusal;
