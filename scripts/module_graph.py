@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Draws the imports between leader-gate's modules and checks the house rules.
+
+Reads every file under src/ (tests included: a test module's imports are
+imports too), resolves each `crate::`, `super::`, `self::` path and each bare
+path through a child module to the module it names, and draws one arrow per
+module pair. Then checks:
+
+- no circle: no module reaches itself through imports;
+- no arrow runs up a floor: the project's top-level rooms are stacked
+  (FLOORS below); a room imports only rooms on lower floors, or its own.
+
+    python3 scripts/module_graph.py            # the drawing (text), then the verdict
+    python3 scripts/module_graph.py --dot      # Graphviz, for `dot -Tsvg`
+    python3 scripts/module_graph.py --check    # exit 1 on a circle or an upward arrow
+    python3 scripts/module_graph.py --write    # rewrite the drawing in docs/development.md
+
+A module's arrow to its own ancestor (`super::Thing` from a child) counts; a
+parent declaring `mod child;` does not, but a parent using `child::Thing`
+does: with both, the pair is a circle.
+"""
+
+import os
+import re
+import sys
+from collections import defaultdict
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SRC = os.path.join(ROOT, "src")
+DOC = os.path.join(ROOT, "docs", "development.md")
+BEGIN = "<!-- module-graph: begin (scripts/module_graph.py --write) -->"
+END = "<!-- module-graph: end -->"
+
+# The floors, lowest first. A top-level room may import rooms on lower floors
+# and itself; rooms on one floor do not import each other.
+FLOORS = [
+    ["clock", "backoff", "duration", "exit", "args"],
+    ["elector"],
+    ["serve", "client"],
+    ["cli"],
+    ["main"],
+]
+
+
+def module_of(path):
+    rel = os.path.relpath(path, SRC)[:-3].split(os.sep)
+    if rel[-1] in ("mod", "lib"):
+        rel = rel[:-1]
+    return tuple(rel)
+
+
+def strip(text):
+    """Drops comments and string literals (keeps line structure)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+        elif c == "r" and re.match(r'r#*"', text[i:i + 10]) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            m = re.match(r'r(#*)"', text[i:])
+            close = '"' + m.group(1)
+            j = text.find(close, i + len(m.group(0)))
+            i = n if j < 0 else j + len(close)
+            out.append('""')
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            out.append('""')
+        elif c == "'" and re.match(r"'(\\.|[^\\'])'", text[i:i + 4]):
+            i += len(re.match(r"'(\\.[^']*|[^\\'])'", text[i:]).group(0))
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def use_paths(tree, prefix=""):
+    """Expands a use tree (`a::{b, c::{d, e}}`) into its paths."""
+    tree = tree.strip()
+    depth, start, parts = 0, 0, []
+    brace = None
+    for i, c in enumerate(tree):
+        if c == "{":
+            if depth == 0:
+                brace = i
+            depth += 1
+        elif c == "}":
+            depth -= 1
+    if brace is None:
+        path = tree.split(" as ")[0].strip()
+        return [prefix + path] if path else []
+    head = tree[:brace].rstrip(":").strip()
+    inner = tree[brace + 1:tree.rindex("}")]
+    base = prefix + (head + "::" if head else "")
+    depth = 0
+    for i, c in enumerate(inner + ","):
+        if c in "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(inner[start:i])
+            start = i + 1
+    out = []
+    for part in parts:
+        part = part.strip()
+        if part == "self":
+            out.append(base.rstrip(":"))
+        elif part:
+            out.extend(use_paths(part, base))
+    return out
+
+
+def resolve(path, here, modules, children):
+    """The module a path names, or None when it leaves the crate."""
+    segs = [s for s in path.split("::") if s]
+    if not segs:
+        return None
+    if segs[0] in ("crate", "leader_gate"):
+        cur, segs = (), segs[1:]
+    elif segs[0] in ("super", "self"):
+        cur = here
+        while segs and segs[0] in ("super", "self"):
+            if segs[0] == "super":
+                cur = cur[:-1]
+            segs = segs[1:]
+    elif segs[0] in children.get(here, ()):
+        cur = here
+    else:
+        return None
+    for s in segs:
+        if cur + (s,) in modules:
+            cur = cur + (s,)
+        else:
+            break
+    return cur
+
+
+def graph():
+    files = {}
+    for dirpath, _, names in os.walk(SRC):
+        for name in names:
+            if name.endswith(".rs"):
+                path = os.path.join(dirpath, name)
+                files[module_of(path)] = path
+    # main.rs is the binary's crate root: its `crate::` is itself.
+    modules = set(files) | {()}
+    children = defaultdict(set)
+    inline = {}
+    for mod, path in files.items():
+        text = strip(open(path).read())
+        for m in re.finditer(r"\bmod\s+(\w+)\s*;", text):
+            if mod != ("main",):
+                children[mod].add(m.group(1))
+        # Inline modules (`mod tests { … }`) share their file's arrows.
+        for m in re.finditer(r"\bmod\s+(\w+)\s*\{", text):
+            inline.setdefault(mod, set()).add(m.group(1))
+        files[mod] = (path, text)
+    edges = defaultdict(set)
+    for mod, (path, text) in files.items():
+        paths = []
+        for m in re.finditer(r"\buse\s+([^;]+);", text):
+            paths.extend(use_paths(m.group(1)))
+        for m in re.finditer(r"\b((?:crate|super|self|leader_gate)(?:::\w+)+)", text):
+            paths.append(m.group(1))
+        for m in re.finditer(r"(?<![:\w])(\w+)::\w+", text):
+            if m.group(1) in children.get(mod, ()):
+                paths.append(m.group(0))
+        for p in paths:
+            if mod == ("main",) and not p.startswith(("leader_gate", "crate")):
+                continue
+            if mod == ("main",):
+                p = p.replace("crate::", "crate::main::", 1) if p.startswith("crate::") else p
+            target = resolve(p, mod, modules, children)
+            if target is None or target == () or target == mod:
+                continue
+            # An inline `mod tests` saying `super::` means this file.
+            if p.startswith("super::") and mod in inline and resolve(p.replace("super::", "self::", 1), mod, modules, children) == mod:
+                continue
+            edges[mod].add(target)
+    return sorted(files), edges
+
+
+def circles(nodes, edges):
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in nodes:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def floor_of(mod):
+    top = mod[0] if mod else ""
+    for i, rooms in enumerate(FLOORS):
+        if top in rooms:
+            return i
+    return None
+
+
+def upward(nodes, edges):
+    bad = []
+    for a in nodes:
+        for b in sorted(edges.get(a, ())):
+            fa, fb = floor_of(a), floor_of(b)
+            if fa is None or fb is None:
+                bad.append((a, b, "a room on no floor (add it to FLOORS)"))
+            elif a[0] != b[0] and fb >= fa:
+                bad.append((a, b, "runs up" if fb > fa else "runs sideways"))
+    return bad
+
+
+def name(mod):
+    return "::".join(mod) if mod else "crate"
+
+
+def drawing(nodes, edges):
+    """Floors top down; under each module the modules it imports."""
+    lines = []
+    for i in reversed(range(len(FLOORS))):
+        rooms = FLOORS[i]
+        members = [m for m in nodes if m and m[0] in rooms]
+        if not members:
+            continue
+        lines.append(f"floor {i}: {', '.join(rooms)}")
+        for m in members:
+            targets = sorted(edges.get(m, ()))
+            arrow = " → " + ", ".join(name(t) for t in targets) if targets else ""
+            depth = len(m) - 1
+            lines.append(f"  {'  ' * depth}{m[-1]}{arrow}")
+    return "\n".join(lines)
+
+
+def dot(nodes, edges):
+    out = ["digraph modules {", "  rankdir=BT; node [shape=box, fontsize=10];"]
+    for m in nodes:
+        out.append(f'  "{name(m)}";')
+    for a in nodes:
+        for b in sorted(edges.get(a, ())):
+            out.append(f'  "{name(a)}" -> "{name(b)}";')
+    out.append("}")
+    return "\n".join(out)
+
+
+def main():
+    nodes, edges = graph()
+    loops = circles(nodes, edges)
+    ups = upward(nodes, edges)
+    args = sys.argv[1:]
+    text = drawing(nodes, edges)
+    if "--dot" in args:
+        print(dot(nodes, edges))
+        return 0
+    if "--write" in args or "--check" in args:
+        doc = open(DOC).read()
+        if BEGIN not in doc:
+            print(f"{DOC}: no {BEGIN!r} marker", file=sys.stderr)
+            return 1
+        head, rest = doc.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        fresh = f"{head}{BEGIN}\n```text\n{text}\n```\n{END}{tail}"
+        if "--write" in args:
+            open(DOC, "w").write(fresh)
+        elif fresh != doc:
+            print("docs/development.md: the module drawing is stale; run "
+                  "python3 scripts/module_graph.py --write", file=sys.stderr)
+            loops.append(["(stale drawing)"])
+    else:
+        print(text)
+        print()
+    for comp in loops:
+        print("circle: " + " ↔ ".join(name(m) if isinstance(m, tuple) else m for m in comp))
+    for a, b, why in ups:
+        print(f"arrow {why}: {name(a)} → {name(b)}")
+    if not loops and not ups:
+        print(f"{len(nodes)} modules, {sum(len(v) for v in edges.values())} arrows: no circle, no arrow up a floor")
+        return 0
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
