@@ -15,9 +15,11 @@ module pair. Then checks:
     python3 scripts/module_graph.py --check    # exit 1 on a circle or an upward arrow
     python3 scripts/module_graph.py --write    # rewrite the drawing in docs/development.md
 
-A module's arrow to its own ancestor (`super::Thing` from a child) counts; a
-parent declaring `mod child;` does not, but a parent using `child::Thing`
-does: with both, the pair is a circle.
+A parent declaring `mod child;` draws no arrow; a parent using
+`child::Thing` does. A child's arrow to its own ancestor (`super::Thing`) is
+drawn but makes no circle: a child is a room inside its parent and sees its
+items as Rust's privacy does. Siblings importing each other, directly or
+through a third, do make one.
 """
 
 import os
@@ -187,7 +189,15 @@ def graph():
     return sorted(files), edges
 
 
+def inside(a, b):
+    """`a` is a room inside `b` (b is an ancestor of a)."""
+    return len(b) < len(a) and a[:len(b)] == b
+
+
 def circles(nodes, edges):
+    # A child sees its parent's items as Rust's privacy does: an arrow to an
+    # ancestor is drawn but is no part of a circle.
+    edges = {a: {b for b in bs if not inside(a, b)} for a, bs in edges.items()}
     index, low, stack, on, out = {}, {}, [], set(), []
     counter = [0]
 

@@ -17,8 +17,6 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::elector::lease::Lease;
 use crate::elector::machine::Settings;
-use crate::serve::gate_acks::{Ack, GateAcks};
-use crate::serve::published::{LeaderState, Publisher};
 
 /// One Lease in memory, shared by all candidates, with a watch of its states.
 struct Memory {
@@ -286,7 +284,37 @@ struct Candidate {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
     flips: Arc<Mutex<Vec<(Instant, bool)>>>,
-    term: Arc<Mutex<Option<String>>>,
+}
+
+/// What a candidate published: its flips between leading and not; and its
+/// gate's acknowledgement, if it has a gate.
+struct Flips {
+    flips: Arc<Mutex<Vec<(Instant, bool)>>>,
+    gate: Option<watch::Receiver<bool>>,
+}
+
+impl Outlet for Flips {
+    fn publish(&self, snapshot: &Snapshot) {
+        let mut flips = self.flips.lock().unwrap();
+        let last = flips.last().is_some_and(|(_, leading)| *leading);
+        if snapshot.leading != last {
+            flips.push((Instant::now(), snapshot.leading));
+        }
+    }
+    fn api_request(&self, _verb: &'static str, _result: Result<(), &ApiError>) {}
+    fn renewed(&self, _sent: crate::clock::BootInstant, _latency: Duration) {}
+    fn renew_conflict(&self) {}
+    fn identity_conflicts(&self, _new: u64) {}
+    fn gates_closed(&self) -> BoxFuture<'static, ()> {
+        match self.gate.clone() {
+            Some(mut gate) => Box::pin(async move {
+                if gate.wait_for(|closed| *closed).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }),
+            None => Box::pin(std::future::pending()),
+        }
+    }
 }
 
 impl Candidate {
@@ -307,16 +335,17 @@ impl Candidate {
         Self::start_full(client, gate_lag, health, None)
     }
 
-    /// A candidate whose releases may be cut short by `gate_acks`.
-    fn start_acked(client: Client, gate_lag: Duration, gate_acks: Arc<GateAcks>) -> Self {
-        Self::start_full(client, gate_lag, None, Some(gate_acks))
+    /// A candidate whose releases may be cut short by its gate: the release
+    /// may go out before the gate lag once `gate` says true.
+    fn start_gated(client: Client, gate_lag: Duration, gate: watch::Receiver<bool>) -> Self {
+        Self::start_full(client, gate_lag, None, Some(gate))
     }
 
     fn start_full(
         client: Client,
         gate_lag: Duration,
         health: Option<watch::Receiver<CollectorVerdict>>,
-        gate_acks: Option<Arc<GateAcks>>,
+        gate: Option<watch::Receiver<bool>>,
     ) -> Self {
         let settings = Settings {
             identity: client.name.clone(),
@@ -326,34 +355,11 @@ impl Candidate {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
         };
-        let events = crate::serve::transitions::EventLog::new(
-            &client.name,
-            crate::serve::transitions::LeaseLabel::alone("ns", "demo"),
-            64,
-            64,
-        );
-        let metrics = Arc::new(crate::serve::metrics::Metrics::new("ns", "demo"));
-        let (mut publisher, mut rx) = Publisher::new(events, metrics);
-        if let Some(gate_acks) = gate_acks {
-            publisher = publisher.with_gate_acks(gate_acks);
-        }
         let flips = Arc::new(Mutex::new(Vec::new()));
-        let recorded = flips.clone();
-        let term = Arc::new(Mutex::new(None));
-        let last_term = term.clone();
-        tokio::spawn(async move {
-            let mut last = false;
-            while rx.changed().await.is_ok() {
-                let state: LeaderState = rx.borrow_and_update().clone();
-                if state.term.is_some() {
-                    last_term.lock().unwrap().clone_from(&state.term);
-                }
-                if state.leading != last {
-                    last = state.leading;
-                    recorded.lock().unwrap().push((Instant::now(), last));
-                }
-            }
-        });
+        let outlet = Flips {
+            flips: flips.clone(),
+            gate,
+        };
         let stop = CancellationToken::new();
         let options = ShutdownOptions {
             release: true,
@@ -367,7 +373,7 @@ impl Candidate {
         let task = tokio::spawn(run(
             Arc::new(client),
             election,
-            publisher,
+            outlet,
             Heartbeat::new(),
             stop.clone(),
             options,
@@ -377,17 +383,7 @@ impl Candidate {
                 step_aside: None,
             },
         ));
-        Self {
-            stop,
-            task,
-            flips,
-            term,
-        }
-    }
-
-    /// The last term it published.
-    fn term(&self) -> String {
-        self.term.lock().unwrap().clone().expect("it led")
+        Self { stop, task, flips }
     }
 
     fn flips(&self) -> Vec<(Instant, bool)> {
@@ -511,37 +507,30 @@ async fn a_hung_request_during_shutdown_is_bounded_by_the_shutdown_timeout() {
     assert_eq!(leader.flips().last().unwrap(), &(signalled, false));
 }
 
-/// A leader with one registered gate, stopped by SIGTERM; `gate` gets the
-/// registry and the term once "not leading" is published, and acts on it.
-/// Returns how long after the step-down the release went out.
-async fn release_with_one_gate(gate: impl AsyncFnOnce(Arc<GateAcks>, String)) -> Duration {
+/// A leader with a gate that can acknowledge, stopped by SIGTERM; `gate`
+/// gets the sender of the gate's "closed" once "not leading" is published,
+/// and acts on it. Returns how long after the step-down the release went out.
+async fn release_with_one_gate(gate: impl AsyncFnOnce(watch::Sender<bool>)) -> Duration {
     let memory = Memory::new();
-    let gate_acks = GateAcks::new(8);
-    let registration = gate_acks.register("exec-1", false).unwrap();
-    let mut leader = Candidate::start_acked(
-        memory.client("a"),
-        Duration::from_secs(3),
-        gate_acks.clone(),
-    );
+    let (closed, gate_says) = watch::channel(false);
+    let mut leader = Candidate::start_gated(memory.client("a"), Duration::from_secs(3), gate_says);
     sleep(Duration::from_secs(3)).await;
     assert!(leader.started_at().is_some());
-    let term = leader.term();
     leader.stop.cancel();
     while leader.flips().len() < 2 {
         sleep(Duration::from_millis(10)).await;
     }
     let stepped_down = leader.flips()[1].0;
-    gate(gate_acks, term).await;
-    drop(registration);
+    gate(closed).await;
     (&mut leader.task).await.unwrap();
     memory.last_write_by("a") - stepped_down
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_release_goes_out_once_every_registered_gate_acknowledged() {
-    let after = release_with_one_gate(async |acks: Arc<GateAcks>, term: String| {
+    let after = release_with_one_gate(async |closed: watch::Sender<bool>| {
         sleep(Duration::from_millis(500)).await;
-        assert_eq!(acks.acknowledge("exec-1", &term), Ack::Counted);
+        closed.send_replace(true);
     })
     .await;
     assert!(
@@ -556,12 +545,9 @@ async fn the_release_goes_out_once_every_registered_gate_acknowledged() {
 
 #[tokio::test(start_paused = true)]
 async fn a_registered_gate_that_never_acknowledges_holds_the_release_for_the_gate_lag() {
-    // It dies without a word (its registration ends), or acknowledges
-    // another term: neither counts.
-    let after = release_with_one_gate(async |acks: Arc<GateAcks>, _term: String| {
-        assert_eq!(acks.acknowledge("exec-1", "another/term"), Ack::OtherTerm);
-    })
-    .await;
+    // It dies without a word: the sender goes, "closed" never comes. (Which
+    // acknowledgements count is the gate registry's: serve::gate_acks.)
+    let after = release_with_one_gate(async |closed: watch::Sender<bool>| drop(closed)).await;
     assert!(after >= Duration::from_secs(3), "{after:?}");
 }
 

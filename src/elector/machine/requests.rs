@@ -90,12 +90,8 @@ impl Election {
         let mut object = lease.released();
         self.release_names_successor(lease, &mut object);
         lease::mark_writer(&mut object, &self.writer);
-        self.pending = Some(Pending::Write {
-            purpose: Purpose::Release,
-            sent_at: now.instant,
-            sent_boot: now.boot,
-            base_rv: lease.resource_version().map(str::to_owned),
-        });
+        let base_rv = lease.resource_version().map(str::to_owned);
+        self.write_in_flight(Purpose::Release, now, base_rv);
         Some(Write {
             purpose: Purpose::Release,
             op: WriteOp::Replace(Box::new(object)),
@@ -270,6 +266,12 @@ impl Election {
             overtaken: false,
             confirmed: false,
         });
+        self.write_in_flight(purpose, now, base_rv);
+    }
+
+    /// A write sent at `now` on the object of `base_rv` is the one request
+    /// in flight.
+    pub(super) fn write_in_flight(&mut self, purpose: Purpose, now: Now, base_rv: Option<String>) {
         self.pending = Some(Pending::Write {
             purpose,
             sent_at: now.instant,

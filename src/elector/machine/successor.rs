@@ -336,12 +336,8 @@ impl Election {
     fn successor_write(&mut self, lease: &Lease, successor: Option<String>, now: Now) -> Action {
         let mut object = lease.object().clone();
         set_annotation(&mut object, SUCCESSOR_ANNOTATION, successor.as_deref());
-        self.pending = Some(super::requests::Pending::Write {
-            purpose: Purpose::Successor,
-            sent_at: now.instant,
-            sent_boot: now.boot,
-            base_rv: lease.resource_version().map(str::to_owned),
-        });
+        let base_rv = lease.resource_version().map(str::to_owned);
+        self.write_in_flight(Purpose::Successor, now, base_rv);
         Action::Write(Write {
             purpose: Purpose::Successor,
             op: WriteOp::Replace(Box::new(object)),
