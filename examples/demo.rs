@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use leader_gate::client::feed::{Feed, Signal};
 use leader_gate::client::url::GateUrl;
-use leader_gate::config::parse_duration;
+use leader_gate::duration::parse_duration;
 use support::fake_apiserver::{FakeApiServer, lease_holder};
 
 const NAMESPACE: &str = "demo";
@@ -110,10 +110,10 @@ fn main() -> ExitCode {
 /// `demo serve …`: exactly `leader-gate serve …`.
 fn run_sidecar() -> ExitCode {
     use clap::Parser;
-    let cli = leader_gate::config::Cli::parse_from(
+    let cli = leader_gate::cli::Cli::parse_from(
         std::iter::once("leader-gate".to_owned()).chain(std::env::args().skip(1)),
     );
-    let leader_gate::config::Command::Serve(args) = cli.command else {
+    let leader_gate::cli::Command::Serve(args) = cli.command else {
         unreachable!("only serve is run this way")
     };
     let config = match args.validate(|name| std::env::var(name).ok(), || None) {
@@ -143,8 +143,10 @@ fn run_sidecar() -> ExitCode {
 /// `demo watch …` and `demo exec …`: exactly `leader-gate watch|exec …`.
 fn run_client() -> ExitCode {
     use clap::Parser;
+    use leader_gate::cli::{Cli, Command};
+    use leader_gate::client::exec::ExecArgs;
+    use leader_gate::client::watch::WatchArgs;
     use leader_gate::client::{exec, watch};
-    use leader_gate::config::{Cli, Command, ExecArgs, WatchArgs};
     let cli =
         Cli::parse_from(std::iter::once("leader-gate".to_owned()).chain(std::env::args().skip(1)));
     let runtime = match tokio::runtime::Builder::new_current_thread()

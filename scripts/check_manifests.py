@@ -74,7 +74,7 @@ findings = []
 
 
 def default_gate_lag(lease, renew):
-    """`--gate-lag` when not given, as src/config.rs default_gate_lag: 80% of
+    """`--gate-lag` when not given, as src/serve/config.rs default_gate_lag: 80% of
     the margin."""
     return (lease - renew) * 4 / 5
 

@@ -5,17 +5,22 @@
 //! Three sides, one folder each: [`elector`] (the state machine, the driver
 //! and the Lease protocol), [`serve`] (`leader-gate serve`: what the sidecar
 //! publishes over HTTP) and [`client`] (the commands that ask a sidecar over
-//! HTTP). [`config`], [`duration`] and [`exit`] are the binary's glue; [`clock`] and
-//! [`backoff`] are shared by all three sides.
+//! HTTP). Each side owns its flags: `serve`'s in [`serve::config`], each
+//! client's next to it, `handover`'s in [`elector::handover`]; [`cli`]
+//! composes them into the one command line. [`args`] (what several sides'
+//! flags share: Kubernetes names, the namespace, a bad flag's error),
+//! [`duration`], [`exit`], [`clock`] and [`backoff`] are shared by all three
+//! sides and import nothing of them.
 //!
 //! The serving side reads the elector through [`elector::driver::Outlet`] and
 //! [`elector::driver::Heartbeat`]; the elector names nothing of the other
 //! sides, and the clients know a sidecar only over HTTP.
 
+pub mod args;
 pub mod backoff;
+pub mod cli;
 pub mod client;
 pub mod clock;
-pub mod config;
 pub mod duration;
 pub mod elector;
 pub mod exit;

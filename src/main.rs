@@ -1,6 +1,7 @@
-//! The `leader-gate` binary: parses flags and runs the sidecar
-//! ([`leader_gate::serve::sidecar`]) or a client (`watch`, `exec`, `file-gate`,
-//! `status`, `wait`, `install`); exit codes are in [`leader_gate::exit`].
+//! The `leader-gate` binary: parses flags ([`leader_gate::cli`]) and runs
+//! the sidecar ([`leader_gate::serve::sidecar`]) or a client (`watch`,
+//! `exec`, `file-gate`, `status`, `wait`, `prestop`, `install`, `handover`);
+//! exit codes are in [`leader_gate::exit`].
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -8,12 +9,15 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 
+use leader_gate::cli::{Cli, Command, InstallArgs, usage_error};
+use leader_gate::client::exec::ExecArgs;
+use leader_gate::client::file_gate::FileGateArgs;
+use leader_gate::client::status::WaitArgs;
+use leader_gate::client::watch::WatchArgs;
 use leader_gate::client::{exec, file_gate, status, watch};
-use leader_gate::config::{
-    Cli, Command, ExecArgs, FileGateArgs, InstallArgs, LogFormat, WaitArgs, WatchArgs, usage_error,
-};
 use leader_gate::duration::HumanDuration;
 use leader_gate::exit;
+use leader_gate::serve::config::LogFormat;
 use leader_gate::serve::sidecar;
 
 fn main() -> ExitCode {
@@ -76,7 +80,7 @@ async fn run_client(command: Command) -> ExitCode {
             grace,
             command,
         }) => {
-            match leader_gate::config::check_grace(grace) {
+            match exec::check_grace(grace) {
                 Ok(None) => {}
                 Ok(Some(warning)) => eprintln!("leader-gate exec: {warning}"),
                 Err(error) => {

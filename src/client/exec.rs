@@ -28,6 +28,9 @@
 //! and are stopped with the group; the term ends only when nothing of it is
 //! left, and every orphan is reaped whenever it exits.
 //!
+//! Its flags ([`ExecArgs`]) and the check of `--grace` against the default
+//! margin ([`check_grace`]) are here too.
+//!
 //! [`feed`]: crate::client::feed
 //! [`place`]: crate::client::place
 //! [`process_tree`]: crate::client::process_tree
@@ -38,16 +41,71 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
+use clap::Args;
 use tokio::signal::unix::{Signal as UnixSignal, SignalKind, signal};
 use tokio::time::{Instant, sleep};
 
+use crate::args::{ConfigError, invalid};
 use crate::client::feed::Feed;
 use crate::client::place::Place;
 use crate::client::process_tree::{self, Tree};
-use crate::client::url::GateUrl;
+use crate::client::url::{ClientArgs, GateUrl};
+use crate::duration::{HumanDuration, parse_duration};
 
 /// The environment variable that carries the term id to the child.
 pub const TERM_ENV: &str = "LEADER_GATE_TERM";
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+
+    /// Time between SIGTERM and SIGKILL when the command must stop; keep it
+    /// within the margin (--lease-duration - --renew-deadline of the sidecar,
+    /// 5s with its defaults): 5s or more is warned about, over 5m refused.
+    #[arg(long, env = "LEADER_GATE_GRACE", default_value = "3s", value_parser = parse_duration)]
+    pub grace: Duration,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// The margin `--lease-duration - --renew-deadline` of `serve` with their
+/// defaults (15 s - 10 s): what `exec`, which cannot know the sidecar's
+/// flags, measures `--grace` against.
+pub const DEFAULT_MARGIN: Duration = Duration::from_secs(5);
+/// `exec --grace` by default: inside [`DEFAULT_MARGIN`] with room for the
+/// poll or event that tells `exec` leadership ended.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
+/// The longest `exec --grace`: a collector that needs longer to stop cannot
+/// be gated by a lease at all (the margin would have to exceed it, and a
+/// crashed leader would be replaced only after that long).
+pub const MAX_GRACE: Duration = Duration::from_secs(300);
+
+/// Checks `exec --grace` against the timing rule as far as a client can: it
+/// does not know the sidecar's margin, so it measures against the default
+/// one. `Ok(Some(warning))` above [`DEFAULT_MARGIN`] (fine only where the
+/// sidecar's margin was widened to cover it); an error above [`MAX_GRACE`].
+pub fn check_grace(grace: Duration) -> Result<Option<String>, ConfigError> {
+    if grace > MAX_GRACE {
+        return Err(invalid(
+            "--grace",
+            format!(
+                "must be at most {MAX_GRACE} (got {grace}): the collector may run this long after leadership ended, and no margin (--lease-duration - --renew-deadline of the sidecar) should be that wide",
+                MAX_GRACE = HumanDuration(MAX_GRACE),
+                grace = HumanDuration(grace),
+            ),
+        ));
+    }
+    Ok((grace >= DEFAULT_MARGIN).then(|| {
+        format!(
+            "warning: --grace {grace} is not below the default margin {DEFAULT_MARGIN} (--lease-duration 15s - --renew-deadline 10s): unless the sidecar's margin is wider than {grace}, a peer's collector may start while this one is still stopping",
+            grace = HumanDuration(grace),
+            DEFAULT_MARGIN = HumanDuration(DEFAULT_MARGIN),
+        )
+    }))
+}
 
 /// While a term ends: how often to look for what is left of it (and, after
 /// the grace period, SIGKILL it again: an orphan may re-parent to `exec`
@@ -384,7 +442,46 @@ impl Signals {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    /// `exec`'s flags alone, as the binary's command line flattens them.
+    #[derive(Debug, Parser)]
+    struct Exec {
+        #[command(flatten)]
+        args: ExecArgs,
+    }
+
+    fn exec_grace(extra: &[&str]) -> Duration {
+        let mut argv = vec!["exec"];
+        argv.extend_from_slice(extra);
+        argv.extend_from_slice(&["--", "true"]);
+        Exec::try_parse_from(argv).unwrap().args.grace
+    }
+
+    #[test]
+    fn exec_grace_is_warned_about_above_the_default_margin_and_refused_when_absurd() {
+        assert_eq!(check_grace(Duration::ZERO), Ok(None));
+        assert_eq!(check_grace(Duration::from_millis(4999)), Ok(None));
+        let warning = check_grace(Duration::from_secs(5)).unwrap().unwrap();
+        assert!(warning.contains("--grace 5s"), "{warning}");
+        assert!(warning.contains("default margin 5s"), "{warning}");
+        assert!(
+            check_grace(exec_grace(&["--grace", "10s"]))
+                .unwrap()
+                .is_some()
+        );
+        assert!(check_grace(MAX_GRACE).is_ok());
+        let error = check_grace(MAX_GRACE + Duration::from_millis(1)).unwrap_err();
+        assert_eq!(error.flag, "--grace");
+        assert!(
+            error
+                .to_string()
+                .starts_with("invalid --grace: must be at most 5m (got 5m0.001s)"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn commands_are_found_as_the_kernel_would_find_them() {

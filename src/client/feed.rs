@@ -29,16 +29,13 @@ use hyper::body::Incoming;
 use serde_json::Value;
 use tokio::time::{Instant, sleep_until};
 
+use crate::args::MAX_KEEP_ALIVE;
 use crate::backoff::Backoff;
 use crate::client::place::Place;
 use crate::client::sse_reader::{SseMessage, SseParser};
 use crate::client::url::GateUrl;
 use crate::clock::{BootInstant, boot_clock_id};
 
-/// The longest keep-alive interval a sidecar may send (`--events-keep-alive`
-/// is bounded by it): a stream may miss two keep-alives before its client
-/// gives it up.
-pub const MAX_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Reconnect when not even a keep-alive arrived for this long.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3 * MAX_KEEP_ALIVE.as_secs());
 /// Bound on connecting and on the response head.

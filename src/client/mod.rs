@@ -1,7 +1,8 @@
 //! The client side: subcommands that ask a sidecar's gate listener whether
 //! this pod leads, for collectors that cannot ask themselves.
 //!
-//! - [`url`]: the one `--url` every client takes, and plain HTTP requests.
+//! - [`url`]: the flags every client takes (`--url`, `--lease`:
+//!   [`url::ClientArgs`]), and plain HTTP requests.
 //! - [`sse_reader`]: the `text/event-stream` parser.
 //! - [`feed`]: the one consumer of `/events` that applies the validity rule
 //!   (leadership ends at *receive time + valid_for_ms* unless renewed, and at
@@ -17,6 +18,8 @@
 //! - [`death_guard`]: a forked process that acts when its parent is killed
 //!   (`exec`'s group, `file-gate`'s copies).
 //! - [`file_gate`]: `leader-gate file-gate SRC:DST…`, files present only while leading.
+//!
+//! Each client's own flags are next to it (`WatchArgs` in [`watch`], …).
 //!
 //! Nothing here touches the server side's state: clients know the sidecar
 //! only through HTTP, as a collector would.

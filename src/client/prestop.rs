@@ -31,8 +31,8 @@ use hyper::Method;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::client::url::{GateUrl, RequestError};
-use crate::config::{ClientArgs, parse_duration};
+use crate::client::url::{ClientArgs, GateUrl, RequestError};
+use crate::duration::parse_duration;
 
 /// How often `/leader` is asked while the hand-over is under way.
 const POLL: Duration = Duration::from_millis(50);

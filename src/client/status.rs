@@ -4,15 +4,28 @@
 
 use std::time::Duration;
 
+use clap::Args;
 use hyper::Method;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::client::feed::{Feed, Signal};
-use crate::client::url::GateUrl;
+use crate::client::url::{ClientArgs, GateUrl};
+use crate::duration::parse_duration;
 
 /// How long `status` waits for an answer.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `wait`'s flags (`status` takes only [`ClientArgs`]).
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+
+    /// Give up after this long (exit 1) [default: wait for ever].
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
 
 /// The answer to `status`, which is also its exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,14 +6,49 @@
 
 use std::time::Duration;
 
+use clap::Args;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpStream, UnixStream};
 
+use crate::args::is_dns1123_subdomain;
+
 /// The default gate listener.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:4040";
+
+/// What every client takes: the sidecar's gate listener, and which of its
+/// Leases to follow.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// The sidecar's gate listener (a trailing /events or /leader is accepted).
+    #[arg(long, env = "LEADER_GATE_URL", default_value = DEFAULT_URL, value_parser = GateUrl::parse)]
+    pub url: GateUrl,
+
+    /// The Lease to follow, when the sidecar contends for several (one of
+    /// its --lease-name, or NAME-I of its --shards).
+    #[arg(long, env = "LEADER_GATE_LEASE", value_parser = parse_lease)]
+    pub lease: Option<String>,
+}
+
+impl ClientArgs {
+    /// The listener, following the Lease asked for.
+    pub fn gate(self) -> GateUrl {
+        self.url.for_lease(self.lease)
+    }
+}
+
+/// A `--lease` of a client: a Lease name as `serve` would take it.
+fn parse_lease(text: &str) -> Result<String, String> {
+    if is_dns1123_subdomain(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a Lease name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.')"
+        ))
+    }
+}
 
 /// An `--url` that is not `http://HOST:PORT[/PREFIX]` or `unix:/PATH`.
 #[derive(Debug, thiserror::Error)]
@@ -208,8 +243,6 @@ impl GateUrl {
     }
 }
 
-/// A request on an open connection; the connection is driven in the
-/// background until the response body is dropped.
 /// The listener as a user names it: `host:port`, or `unix:/PATH`.
 impl std::fmt::Display for GateUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -220,6 +253,8 @@ impl std::fmt::Display for GateUrl {
     }
 }
 
+/// A request on an open connection; the connection is driven in the
+/// background until the response body is dropped.
 async fn request(
     stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
     method: Method,

@@ -6,13 +6,24 @@
 
 use std::io::Write;
 
+use clap::Args;
 use serde_json::{Value, json};
 
 use crate::client::feed::{Feed, LocalStop, Message, Signal};
 use crate::client::place::Place;
 use crate::client::sse_reader::SseMessage;
-use crate::client::url::GateUrl;
+use crate::client::url::{ClientArgs, GateUrl};
 use crate::clock::{format_micro_time, wall_micros};
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+
+    /// One JSON object per line instead of human-readable lines.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Follows the sidecar at `url`, printing to `out`, until `out` closes
 /// (the reader of a pipe went away): that error is returned.

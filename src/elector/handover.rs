@@ -29,7 +29,8 @@ use futures::future::BoxFuture;
 use kube::api::{Api, ApiResource, DynamicObject};
 use tokio::time::{Instant, timeout_at};
 
-use crate::config::{is_dns1123_subdomain, parse_duration, resolve_namespace};
+use crate::args::{is_dns1123_subdomain, resolve_namespace};
+use crate::duration::parse_duration;
 use crate::elector::api_error::ApiError;
 use crate::elector::lease::{Lease, TermId};
 use crate::elector::lease_client::{self, KubeLeaseStore, LeaseStore};

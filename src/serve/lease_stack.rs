@@ -13,13 +13,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::ServeConfig;
 use crate::elector::driver::{self, Heartbeat, Inputs};
 use crate::elector::incarnation::{RecordWriter, StateDir};
 use crate::elector::lease::TermId;
 use crate::elector::lease_client::KubeLeaseStore;
 use crate::elector::machine::{Election, Settings, Spread};
 use crate::serve::collector_health;
+use crate::serve::config::ServeConfig;
 use crate::serve::gate_acks::GateAcks;
 use crate::serve::kube_events::{self, Recorder};
 use crate::serve::metrics::{Metrics, MetricsRegistry};

@@ -1,5 +1,6 @@
 //! The serving side: `leader-gate serve` and what it publishes.
 //!
+//! - [`config`]: `serve`'s flags, validated into a [`config::ServeConfig`].
 //! - [`sidecar`]: `serve` as one function — listeners, the Leases, servers,
 //!   the shutdown sequence and its signals.
 //! - [`lease_stack`]: one Lease of the sidecar — its driver, published
@@ -28,6 +29,7 @@
 
 pub mod collector_health;
 pub mod collector_policy;
+pub mod config;
 pub mod exposition;
 pub mod gate_acks;
 pub mod gate_channel;

@@ -15,10 +15,11 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ServeConfig, resolve_namespace};
+use crate::args::resolve_namespace;
 use crate::elector::lease_client::{self, KubeLeaseStore};
 use crate::elector::machine::Spread;
 use crate::exit;
+use crate::serve::config::ServeConfig;
 use crate::serve::gate_channel::{self, GateChannel};
 use crate::serve::lease_stack::{LeaseStack, Process};
 use crate::serve::metrics::MetricsRegistry;

@@ -73,6 +73,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::Args;
 use hyper::Method;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -82,9 +83,35 @@ use crate::backoff::Backoff;
 use crate::client::death_guard::{Guard, OnDeath, Post};
 use crate::client::feed::Feed;
 use crate::client::place::Place;
-use crate::client::url::GateUrl;
+use crate::client::url::{ClientArgs, GateUrl};
 use closing::Closing;
 use writer::{Changed, Disk, RealDisk, Removal, Writer};
+
+#[derive(Debug, Args)]
+pub struct FileGateArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+
+    /// POST here after every change (e.g. http://127.0.0.1:9090/-/reload).
+    #[arg(long, env = "LEADER_GATE_RELOAD_URL", value_parser = GateUrl::parse_exact)]
+    pub reload_url: Option<GateUrl>,
+
+    /// File mode of the copies, in octal.
+    #[arg(long, default_value = "0644", value_parser = parse_mode)]
+    pub mode: u32,
+
+    /// SRC:DST pairs: DST holds a copy of SRC only while this pod leads.
+    #[arg(required = true, value_name = "SRC:DST", value_parser = Mapping::parse)]
+    pub mappings: Vec<Mapping>,
+}
+
+/// Parses an octal file mode such as `0644` or `640`.
+pub fn parse_mode(text: &str) -> Result<u32, String> {
+    u32::from_str_radix(text.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|mode| *mode <= 0o777)
+        .ok_or_else(|| format!("{text:?} is not an octal file mode like 0644"))
+}
 
 /// How long a reload POST may take, answer included: one that takes longer
 /// failed, whatever it answers later.

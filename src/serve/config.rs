@@ -1,152 +1,23 @@
-//! Configuration: the command line (every flag also an environment
-//! variable), and its validation before any I/O. A bad value exits 64 with
-//! one line naming the flag and the rule (G8).
+//! `serve`'s flags (every one also an environment variable) and their
+//! validation into a [`ServeConfig`], before any I/O: a bad value exits 64
+//! with one line naming the flag and the rule (G8). The bounds of the
+//! timings and of the sidecar's resources are here too.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, ValueEnum};
 
-use crate::client::feed::MAX_KEEP_ALIVE;
-use crate::client::file_gate::Mapping;
-use crate::client::url::{DEFAULT_URL, GateUrl};
-use crate::duration::HumanDuration;
-pub use crate::duration::parse_duration;
+use crate::args::{
+    ConfigError, MAX_KEEP_ALIVE, invalid, is_dns1123_label, is_dns1123_subdomain,
+    validate_namespace,
+};
+use crate::duration::{HumanDuration, parse_duration};
 use crate::elector::driver::ShutdownOptions;
 use crate::elector::lease::MAX_IDENTITY_LEN;
 use crate::serve::collector_health;
 use crate::serve::gate_channel::GateChannel;
 use crate::serve::routing;
-
-/// leader-gate: contends for a Kubernetes Lease and tells the collector next
-/// to it, over HTTP, whether it may do cluster-wide work right now.
-#[derive(Debug, Parser)]
-#[command(name = "leader-gate", version, about, long_about = None)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-// Parsed once at start-up: the size difference between variants is moot.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the sidecar: contend for the Lease and serve /leader and /events.
-    Serve(ServeArgs),
-    /// Subscribe to a sidecar's /events and print one line per event.
-    Watch(WatchArgs),
-    /// Run COMMAND only while this pod leads; stop it when leadership ends.
-    Exec(ExecArgs),
-    /// Keep copies of files at DST only while this pod leads.
-    FileGate(FileGateArgs),
-    /// Print whether this pod leads: exit 0 leading, 1 not, 2 no valid answer.
-    Status(ClientArgs),
-    /// Wait until this pod leads: exit 0 then, 1 on --timeout.
-    Wait(WaitArgs),
-    /// A collector container's preStop hook: ask this pod's sidecar to hand
-    /// the Lease over, wait for another holder (--timeout), then --drain;
-    /// always exit 0.
-    Prestop(crate::client::prestop::PrestopArgs),
-    /// Copy this binary to DEST (for an image without `cp`: the exec gate
-    /// reaches the collector's container through a shared volume).
-    Install(InstallArgs),
-    /// Ask the holder of the Lease to hand it over (to --to, or to the named
-    /// successor) and wait for the new holder.
-    Handover(crate::elector::handover::HandoverArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct InstallArgs {
-    /// Where to put the copy (mode 0755), e.g. /gate/leader-gate.
-    #[arg(value_name = "DEST")]
-    pub dest: std::path::PathBuf,
-}
-
-/// What every client takes: the sidecar's gate listener, and which of its
-/// Leases to follow.
-#[derive(Debug, Args)]
-pub struct ClientArgs {
-    /// The sidecar's gate listener (a trailing /events or /leader is accepted).
-    #[arg(long, env = "LEADER_GATE_URL", default_value = DEFAULT_URL, value_parser = GateUrl::parse)]
-    pub url: GateUrl,
-
-    /// The Lease to follow, when the sidecar contends for several (one of
-    /// its --lease-name, or NAME-I of its --shards).
-    #[arg(long, env = "LEADER_GATE_LEASE", value_parser = parse_lease)]
-    pub lease: Option<String>,
-}
-
-impl ClientArgs {
-    /// The listener, following the Lease asked for.
-    pub fn gate(self) -> GateUrl {
-        self.url.for_lease(self.lease)
-    }
-}
-
-/// A `--lease` of a client: a Lease name as `serve` would take it.
-fn parse_lease(text: &str) -> Result<String, String> {
-    if is_dns1123_subdomain(text) {
-        Ok(text.to_owned())
-    } else {
-        Err(format!(
-            "{text:?} is not a Lease name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.')"
-        ))
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct WatchArgs {
-    #[command(flatten)]
-    pub client: ClientArgs,
-
-    /// One JSON object per line instead of human-readable lines.
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct ExecArgs {
-    #[command(flatten)]
-    pub client: ClientArgs,
-
-    /// Time between SIGTERM and SIGKILL when the command must stop; keep it
-    /// within the margin (--lease-duration - --renew-deadline of the sidecar,
-    /// 5s with its defaults): 5s or more is warned about, over 5m refused.
-    #[arg(long, env = "LEADER_GATE_GRACE", default_value = "3s", value_parser = parse_duration)]
-    pub grace: Duration,
-
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
-    pub command: Vec<std::ffi::OsString>,
-}
-
-#[derive(Debug, Args)]
-pub struct FileGateArgs {
-    #[command(flatten)]
-    pub client: ClientArgs,
-
-    /// POST here after every change (e.g. http://127.0.0.1:9090/-/reload).
-    #[arg(long, env = "LEADER_GATE_RELOAD_URL", value_parser = GateUrl::parse_exact)]
-    pub reload_url: Option<GateUrl>,
-
-    /// File mode of the copies, in octal.
-    #[arg(long, default_value = "0644", value_parser = parse_mode)]
-    pub mode: u32,
-
-    /// SRC:DST pairs: DST holds a copy of SRC only while this pod leads.
-    #[arg(required = true, value_name = "SRC:DST", value_parser = Mapping::parse)]
-    pub mappings: Vec<Mapping>,
-}
-
-#[derive(Debug, Args)]
-pub struct WaitArgs {
-    #[command(flatten)]
-    pub client: ClientArgs,
-
-    /// Give up after this long (exit 1) [default: wait for ever].
-    #[arg(long, value_parser = parse_duration)]
-    pub timeout: Option<Duration>,
-}
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -334,17 +205,6 @@ pub const MAX_CLAIM_WINDOW: Duration = Duration::from_secs(3600);
 /// The most `/events` streams: each costs a few KiB and a socket.
 pub const MAX_SUBSCRIBERS: usize = 100_000;
 
-/// The margin `--lease-duration - --renew-deadline` with their defaults
-/// (15 s - 10 s): what `exec`, which cannot know the sidecar's flags,
-/// measures `--grace` against.
-pub const DEFAULT_MARGIN: Duration = Duration::from_secs(5);
-/// `exec --grace` by default: inside [`DEFAULT_MARGIN`] with room for the
-/// poll or event that tells `exec` leadership ended.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
-/// The longest `exec --grace`: a collector that needs longer to stop cannot
-/// be gated by a lease at all (the margin would have to exceed it, and a
-/// crashed leader would be replaced only after that long).
-pub const MAX_GRACE: Duration = Duration::from_secs(300);
 /// `--shutdown-timeout` by default is the gate lag plus this: the release
 /// write (whose request timeout is half the renew deadline, 5 s by default)
 /// and closing the listeners.
@@ -357,51 +217,9 @@ pub fn default_gate_lag(lease_duration: Duration, renew_deadline: Duration) -> D
     lease_duration.saturating_sub(renew_deadline) * 4 / 5
 }
 
-/// What a command line clap refused prints (`rendered`: clap's own text):
-/// `leader-gate: ` and clap's message, naming the flag, on the first line
-/// (a list of missing arguments joined into it), then each of clap's further
-/// lines on its own (a tip, the usage, "For more information, try
-/// '--help'."), without clap's blank lines.
-pub fn usage_error(rendered: &str) -> String {
-    let mut paragraphs = rendered.trim().split("\n\n");
-    let message: Vec<&str> = paragraphs
-        .next()
-        .unwrap_or_default()
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
-        .collect();
-    let mut lines = vec![format!(
-        "leader-gate: {}",
-        message.join(" ").trim_start_matches("error: ")
-    )];
-    lines.extend(
-        paragraphs
-            .flat_map(str::lines)
-            .map(str::trim)
-            .filter(|line| !line.is_empty())
-            .map(str::to_owned),
-    );
-    lines.join("\n")
-}
-
-/// A configuration value that breaks a rule.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {flag}: {rule}")]
-pub struct ConfigError {
-    pub flag: &'static str,
-    pub rule: String,
-}
-
-fn invalid(flag: &'static str, rule: impl Into<String>) -> ConfigError {
-    ConfigError {
-        flag,
-        rule: rule.into(),
-    }
-}
-
 /// Validated `serve` configuration. The namespace may still be unresolved:
-/// its fallbacks need the kube configuration (see [`resolve_namespace`]).
+/// its fallbacks need the kube configuration (see
+/// [`resolve_namespace`](crate::args::resolve_namespace)).
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
     /// The Leases contended for, in their order (a shard's index is its place).
@@ -696,38 +514,6 @@ impl ServeArgs {
     }
 }
 
-/// Checks `exec --grace` against the timing rule as far as a client can: it
-/// does not know the sidecar's margin, so it measures against the default
-/// one. `Ok(Some(warning))` above [`DEFAULT_MARGIN`] (fine only where the
-/// sidecar's margin was widened to cover it); an error above [`MAX_GRACE`].
-pub fn check_grace(grace: Duration) -> Result<Option<String>, ConfigError> {
-    if grace > MAX_GRACE {
-        return Err(invalid(
-            "--grace",
-            format!(
-                "must be at most {MAX_GRACE} (got {grace}): the collector may run this long after leadership ended, and no margin (--lease-duration - --renew-deadline of the sidecar) should be that wide",
-                MAX_GRACE = HumanDuration(MAX_GRACE),
-                grace = HumanDuration(grace),
-            ),
-        ));
-    }
-    Ok((grace >= DEFAULT_MARGIN).then(|| {
-        format!(
-            "warning: --grace {grace} is not below the default margin {DEFAULT_MARGIN} (--lease-duration 15s - --renew-deadline 10s): unless the sidecar's margin is wider than {grace}, a peer's collector may start while this one is still stopping",
-            grace = HumanDuration(grace),
-            DEFAULT_MARGIN = HumanDuration(DEFAULT_MARGIN),
-        )
-    }))
-}
-
-/// The namespace: the flag or `POD_NAMESPACE` if given, else what kube-rs
-/// inferred (the in-cluster namespace file, the kubeconfig context, `default`).
-pub fn resolve_namespace(configured: Option<&str>, inferred: &str) -> Result<String, ConfigError> {
-    let namespace = configured.unwrap_or(inferred).to_owned();
-    validate_namespace(&namespace)?;
-    Ok(namespace)
-}
-
 /// Most Leases one sidecar contends for: each costs a watch and a driver.
 pub const MAX_LEASES: usize = 64;
 
@@ -772,19 +558,6 @@ fn lease_names(names: Vec<String>, shards: Option<usize>) -> Result<Vec<String>,
         }
     }
     Ok(names)
-}
-
-fn validate_namespace(namespace: &str) -> Result<(), ConfigError> {
-    if is_dns1123_label(namespace) {
-        Ok(())
-    } else {
-        Err(invalid(
-            "--lease-namespace",
-            format!(
-                "{namespace:?} must be a DNS-1123 label (lowercase letters, digits and '-', starting and ending alphanumeric, at most 63 characters)"
-            ),
-        ))
-    }
 }
 
 /// `--gate-socket` (an absolute path that fits a socket address), and
@@ -879,41 +652,31 @@ fn route_options(
     })
 }
 
-fn is_dns1123_label(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-}
-
-pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns1123_label)
-}
-
-/// Parses an octal file mode such as `0644` or `640`.
-pub fn parse_mode(text: &str) -> Result<u32, String> {
-    u32::from_str_radix(text.trim_start_matches("0o"), 8)
-        .ok()
-        .filter(|mode| *mode <= 0o777)
-        .ok_or_else(|| format!("{text:?} is not an octal file mode like 0644"))
-}
-
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
 
+    /// `serve`'s flags alone, as the binary's command line flattens them.
+    #[derive(Debug, Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<ServeArgs, String> {
+        let argv = std::iter::once(&"serve").chain(argv);
+        Serve::try_parse_from(argv)
+            .map(|serve| serve.args)
+            .map_err(|e| e.to_string())
+    }
+
     fn args(extra: &[&str]) -> Result<ServeConfig, String> {
-        let mut argv = vec!["leader-gate", "serve", "--lease-name", "demo"];
+        let mut argv = vec!["--lease-name", "demo"];
         argv.extend_from_slice(extra);
-        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
-        let Command::Serve(args) = cli.command else {
-            unreachable!()
-        };
-        args.validate(|_| None, || Some("host-1".into()))
+        parse(&argv)?
+            .validate(|_| None, || Some("host-1".into()))
             .map_err(|e| e.to_string())
     }
 
@@ -937,44 +700,6 @@ mod tests {
             Some(Duration::from_secs(30)),
             "a leader whose gates say nothing runs releases by default"
         );
-    }
-
-    fn exec_grace(extra: &[&str]) -> Duration {
-        let mut argv = vec!["leader-gate", "exec"];
-        argv.extend_from_slice(extra);
-        argv.extend_from_slice(&["--", "true"]);
-        let Command::Exec(args) = Cli::try_parse_from(argv).unwrap().command else {
-            unreachable!()
-        };
-        args.grace
-    }
-
-    /// The timing rule (README "Timing"): whatever runs after "not leading"
-    /// must end within the margin, and a graceful hand-over must wait for it
-    /// inside the shutdown timeout. Checked on the defaults as parsed.
-    #[test]
-    fn every_default_satisfies_the_timing_rule() {
-        let config = args(&[]).unwrap();
-        let margin = config.lease_duration - config.renew_deadline;
-        assert_eq!(margin, DEFAULT_MARGIN, "exec measures --grace against this");
-        let lag = config.shutdown.gate_lag;
-        assert!(!lag.is_zero(), "a graceful release waits for the gates");
-        assert!(
-            lag < margin,
-            "gate lag {lag:?} within the margin {margin:?}"
-        );
-        assert_eq!(lag, Duration::from_secs(4), "80% of the default margin");
-        let timeout = config.shutdown.timeout;
-        assert!(timeout > lag, "the release happens: {timeout:?} > {lag:?}");
-        assert_eq!(timeout, lag + SHUTDOWN_SLACK);
-        // The release write gets its usual request timeout (half the renew
-        // deadline) after the lag.
-        assert!(timeout - lag >= config.renew_deadline / 2);
-
-        let grace = exec_grace(&[]);
-        assert_eq!(grace, DEFAULT_GRACE);
-        assert!(grace < margin, "exec --grace {grace:?} within {margin:?}");
-        assert_eq!(check_grace(grace), Ok(None), "no warning by default");
     }
 
     #[test]
@@ -1037,29 +762,6 @@ mod tests {
     }
 
     #[test]
-    fn exec_grace_is_warned_about_above_the_default_margin_and_refused_when_absurd() {
-        assert_eq!(check_grace(Duration::ZERO), Ok(None));
-        assert_eq!(check_grace(Duration::from_millis(4999)), Ok(None));
-        let warning = check_grace(Duration::from_secs(5)).unwrap().unwrap();
-        assert!(warning.contains("--grace 5s"), "{warning}");
-        assert!(warning.contains("default margin 5s"), "{warning}");
-        assert!(
-            check_grace(exec_grace(&["--grace", "10s"]))
-                .unwrap()
-                .is_some()
-        );
-        assert!(check_grace(MAX_GRACE).is_ok());
-        let error = check_grace(MAX_GRACE + Duration::from_millis(1)).unwrap_err();
-        assert_eq!(error.flag, "--grace");
-        assert!(
-            error
-                .to_string()
-                .starts_with("invalid --grace: must be at most 5m (got 5m0.001s)"),
-            "{error}"
-        );
-    }
-
-    #[test]
     fn kubernetes_events_are_recorded_only_when_asked() {
         assert!(args(&["--record-events"]).unwrap().record_events);
         assert!(
@@ -1086,10 +788,7 @@ mod tests {
 
     #[test]
     fn identity_and_namespace_fall_back_to_the_downward_api() {
-        let cli = Cli::try_parse_from(["leader-gate", "serve", "--lease-name", "demo"]).unwrap();
-        let Command::Serve(args) = cli.command else {
-            unreachable!()
-        };
+        let args = parse(&["--lease-name", "demo"]).unwrap();
         let env = |name: &str| match name {
             "POD_NAME" => Some("metricbeat-x7k2p".to_owned()),
             "POD_NAMESPACE" => Some("monitoring".to_owned()),
@@ -1256,28 +955,12 @@ mod tests {
     fn lease_names_must_be_dns1123_subdomains() {
         for bad in ["", "Demo", "-demo", "demo-", "de_mo", &"a".repeat(254)] {
             let flag = format!("--lease-name={bad}");
-            let cli = Cli::try_parse_from(["leader-gate", "serve", &flag]).unwrap();
-            let Command::Serve(args) = cli.command else {
-                unreachable!()
-            };
+            let args = parse(&[&flag]).unwrap();
             let error = args.validate(|_| None, || Some("h".into())).unwrap_err();
             assert_eq!(error.flag, "--lease-name", "{bad:?}");
         }
         assert!(args(&[]).is_ok());
         assert!(is_dns1123_subdomain("metricbeat.cluster-leader"));
-    }
-
-    #[test]
-    fn namespace_resolution_prefers_the_configured_one() {
-        assert_eq!(resolve_namespace(Some("ops"), "default"), Ok("ops".into()));
-        assert_eq!(
-            resolve_namespace(None, "kube-system"),
-            Ok("kube-system".into())
-        );
-        assert_eq!(
-            resolve_namespace(None, "Bad").unwrap_err().flag,
-            "--lease-namespace"
-        );
     }
 
     #[test]
