@@ -16,13 +16,13 @@ use crate::serve::server::Peer;
 
 /// 404 for a `?lease=` that names another Lease than `app`'s: a client
 /// following one Lease must never act on another's leadership.
-pub(crate) fn not_this_lease(app: &AppState, query: Option<&str>) -> Option<Response> {
+pub fn not_this_lease(app: &AppState, query: Option<&str>) -> Option<Response> {
     let lease = query_param(query, "lease")?;
     (lease != *app.lease_name).then(|| no_such_lease(app, &lease))
 }
 
 /// The 404 for a request naming Lease `lease`, which is not `app`'s.
-pub(crate) fn no_such_lease(app: &AppState, lease: &str) -> Response {
+pub fn no_such_lease(app: &AppState, lease: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
         format!(
