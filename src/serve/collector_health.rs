@@ -34,7 +34,7 @@ use tokio::time::{Instant, MissedTickBehavior, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::elector::machine::CollectorVerdict;
-use crate::serve::collector_policy::{self, Policy, Role, Verdict};
+use crate::serve::collector_policy::{self, Policy, Role, Tracker, Verdict};
 use crate::serve::published::LeaderState;
 
 /// What to check, and how often.
@@ -368,84 +368,11 @@ async fn request(url: &Uri) -> Result<StatusCode, CheckError> {
     }
 }
 
-/// Health from the results of consecutive checks.
-#[derive(Debug)]
-pub struct Tracker {
-    threshold: u32,
-    failures_in_a_row: u32,
-    healthy: bool,
-    ever_passed: bool,
-}
-
-// === impl Tracker ===
-
-impl Tracker {
-    /// Unhealthy until the first pass; then unhealthy after `threshold`
-    /// failures in a row.
-    pub fn new(threshold: u32) -> Self {
-        Self {
-            threshold,
-            failures_in_a_row: 0,
-            healthy: false,
-            ever_passed: false,
-        }
-    }
-
-    pub fn healthy(&self) -> bool {
-        self.healthy
-    }
-
-    pub fn threshold(&self) -> u32 {
-        self.threshold
-    }
-
-    /// A check has passed since the start.
-    pub fn ever_passed(&self) -> bool {
-        self.ever_passed
-    }
-
-    pub fn failures_in_a_row(&self) -> u32 {
-        self.failures_in_a_row
-    }
-
-    /// Records one check; returns whether the collector counts as healthy.
-    pub fn record(&mut self, passed: bool) -> bool {
-        if passed {
-            self.failures_in_a_row = 0;
-            self.healthy = true;
-            self.ever_passed = true;
-        } else {
-            self.failures_in_a_row = self.failures_in_a_row.saturating_add(1);
-            if self.failures_in_a_row >= self.threshold {
-                self.healthy = false;
-            }
-        }
-        self.healthy
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
-
-    #[test]
-    fn unhealthy_until_the_first_pass_then_after_n_failures_in_a_row() {
-        let mut tracker = Tracker::new(3);
-        assert!(!tracker.healthy(), "a collector never seen is unhealthy");
-        for _ in 0..5 {
-            assert!(!tracker.record(false));
-        }
-        assert!(tracker.record(true), "one pass is enough");
-        assert!(tracker.record(false));
-        assert!(tracker.record(false));
-        assert!(tracker.record(true), "a pass resets the count");
-        assert!(tracker.record(false));
-        assert!(tracker.record(false));
-        assert!(!tracker.record(false), "the third failure in a row");
-        assert!(tracker.record(true));
-    }
 
     #[test]
     fn only_http_urls_with_a_host_are_accepted() {

@@ -37,14 +37,15 @@
 //! the Lease round ever more slowly instead of flapping.
 //!
 //! Pure: every input comes with its instant; the task in
-//! [`crate::serve::collector_health`] feeds it and publishes the verdict.
+//! [`crate::serve::collector_health`] feeds it and publishes the verdict
+//! (and logs each check from the policy's [`Tracker`] of passes and
+//! failures in a row).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::serve::collector_health::Tracker;
 
 /// A term's `not_running` bound doubles per episode of its instance at
 /// most this many times (8 × the bound: 4 minutes with the default 30 s).
@@ -353,9 +354,82 @@ impl Policy {
     }
 }
 
+/// Health from the results of consecutive checks.
+#[derive(Debug)]
+pub struct Tracker {
+    threshold: u32,
+    failures_in_a_row: u32,
+    healthy: bool,
+    ever_passed: bool,
+}
+
+// === impl Tracker ===
+
+impl Tracker {
+    /// Unhealthy until the first pass; then unhealthy after `threshold`
+    /// failures in a row.
+    pub fn new(threshold: u32) -> Self {
+        Self {
+            threshold,
+            failures_in_a_row: 0,
+            healthy: false,
+            ever_passed: false,
+        }
+    }
+
+    pub fn healthy(&self) -> bool {
+        self.healthy
+    }
+
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    /// A check has passed since the start.
+    pub fn ever_passed(&self) -> bool {
+        self.ever_passed
+    }
+
+    pub fn failures_in_a_row(&self) -> u32 {
+        self.failures_in_a_row
+    }
+
+    /// Records one check; returns whether the collector counts as healthy.
+    pub fn record(&mut self, passed: bool) -> bool {
+        if passed {
+            self.failures_in_a_row = 0;
+            self.healthy = true;
+            self.ever_passed = true;
+        } else {
+            self.failures_in_a_row = self.failures_in_a_row.saturating_add(1);
+            if self.failures_in_a_row >= self.threshold {
+                self.healthy = false;
+            }
+        }
+        self.healthy
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unhealthy_until_the_first_pass_then_after_n_failures_in_a_row() {
+        let mut tracker = Tracker::new(3);
+        assert!(!tracker.healthy(), "a collector never seen is unhealthy");
+        for _ in 0..5 {
+            assert!(!tracker.record(false));
+        }
+        assert!(tracker.record(true), "one pass is enough");
+        assert!(tracker.record(false));
+        assert!(tracker.record(false));
+        assert!(tracker.record(true), "a pass resets the count");
+        assert!(tracker.record(false));
+        assert!(tracker.record(false));
+        assert!(!tracker.record(false), "the third failure in a row");
+        assert!(tracker.record(true));
+    }
 
     const S: Duration = Duration::from_secs(1);
 

@@ -30,6 +30,10 @@
 //! its collector still running — and no registry kept on disk could be
 //! trusted to list them all (the record is written behind the election).
 //!
+//! This module is the registry alone: the routes that register
+//! (`/events?gate=`, [`crate::serve::sse_route`]) and acknowledge
+//! ([`crate::serve::ack_route`]) call it.
+//!
 //! Safety rests on one order: the publisher changes the published state
 //! *before* it tells this registry ([`GateAcks::term_changed`]), and a
 //! subscriber registers *before* it reads the state. A gate that registers
@@ -40,15 +44,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{Extension, Path, State};
-use axum::http::{StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
 use tokio::sync::watch;
-
-use crate::serve::gate_channel::GateChannel;
-use crate::serve::published::AppState;
-use crate::serve::routes::not_this_lease;
-use crate::serve::server::Peer;
 
 /// The registry of one sidecar.
 pub struct GateAcks {
@@ -435,69 +431,6 @@ impl GateAcks {
     }
 }
 
-/// The handler of `POST /gates/{gate}/closed?term=TERM`: 204 when counted;
-/// 409 for a term that is not the current or last one; 404 for a gate not
-/// registered for it; 403 from anywhere but the gate channel (an
-/// acknowledgement lets a peer start, so only the pod's own containers may
-/// give one: [`crate::serve::gate_channel`]).
-pub async fn closed(
-    State(app): State<Arc<AppState>>,
-    Path(gate): Path<String>,
-    peer: Option<Extension<Peer>>,
-    channel: Option<Extension<Arc<GateChannel>>>,
-    uri: Uri,
-) -> Response {
-    if let Some(refusal) = not_from_this_pod(
-        peer.as_ref(),
-        channel.as_ref(),
-        "acknowledgements are taken",
-    ) {
-        return refusal;
-    }
-    if let Some(refusal) = not_this_lease(&app, uri.query()) {
-        return refusal;
-    }
-    let Some(term) = query_param(uri.query(), "term") else {
-        return (StatusCode::BAD_REQUEST, "missing ?term=TERM\n").into_response();
-    };
-    match app.gate_acks.acknowledge(&gate, &term) {
-        Ack::Counted => {
-            tracing::debug!(gate, term, "a gate acknowledged the end of its term");
-            StatusCode::NO_CONTENT.into_response()
-        }
-        Ack::OtherTerm => (
-            StatusCode::CONFLICT,
-            format!("term {term:?} is neither the current nor the last term of this sidecar\n"),
-        )
-            .into_response(),
-        Ack::UnknownGate => (
-            StatusCode::NOT_FOUND,
-            format!("no gate {gate:?} is registered for term {term:?}\n"),
-        )
-            .into_response(),
-    }
-}
-
-/// Whether a request came from this pod's own containers, by the gate
-/// channel of the listener's router (a loopback address when it has none):
-/// only they may register a gate, acknowledge for one or ask for a
-/// step-down. Otherwise the 403 to answer, in the words of `what` (as
-/// [`not_this_lease`] answers for another Lease).
-pub fn not_from_this_pod(
-    peer: Option<&Extension<Peer>>,
-    channel: Option<&Extension<Arc<GateChannel>>>,
-    what: &str,
-) -> Option<Response> {
-    let peer = peer.map(|Extension(peer)| peer);
-    let admitted = match channel {
-        Some(Extension(channel)) => channel.admits(peer, what),
-        None => GateChannel::Loopback.admits(peer, what),
-    };
-    admitted
-        .err()
-        .map(|refusal| (StatusCode::FORBIDDEN, refusal).into_response())
-}
-
 /// A gate that may take `stops_within` to stop its collector once a term
 /// ends (`exec --grace`, told at registration) beside a gate lag that does
 /// not cover it with a second to spare: the warning to log, if any. Only
@@ -516,38 +449,6 @@ pub fn slower_than_the_gate_lag(
             crate::duration::HumanDuration(gate_lag),
         )
     })
-}
-
-/// The value of `name` in a query string, percent-decoded.
-pub fn query_param(query: Option<&str>, name: &str) -> Option<String> {
-    query?.split('&').find_map(|pair| {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        (key == name).then(|| percent_decode(value))?
-    })
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = text.get(i + 1..i + 3)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            byte => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// 1 to 64 characters of `A-Z a-z 0-9 . _ -`: safe in a path, a query and a log.
@@ -713,21 +614,6 @@ mod tests {
         assert_eq!(acks.acknowledge("exec-1", "u/4"), Ack::Counted);
         assert_eq!(acks.acknowledge("file-gate-1", "u/4"), Ack::Counted);
         assert!(acks.closed_now());
-    }
-
-    #[test]
-    fn query_values_are_found_and_decoded() {
-        assert_eq!(
-            query_param(Some("term=ab%2Fc-1&x=y"), "term").as_deref(),
-            Some("ab/c-1")
-        );
-        assert_eq!(
-            query_param(Some("x=1&gate=exec-1"), "gate").as_deref(),
-            Some("exec-1")
-        );
-        assert_eq!(query_param(Some("gate"), "gate").as_deref(), Some(""));
-        assert_eq!(query_param(Some("term=%zz"), "term"), None);
-        assert_eq!(query_param(None, "term"), None);
     }
 
     #[test]

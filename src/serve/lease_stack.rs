@@ -18,12 +18,13 @@ use crate::elector::incarnation::{RecordWriter, StateDir};
 use crate::elector::lease::TermId;
 use crate::elector::lease_client::KubeLeaseStore;
 use crate::elector::machine::{Election, Settings, Spread};
+use crate::serve::app_state::AppState;
 use crate::serve::collector_health;
 use crate::serve::config::ServeConfig;
 use crate::serve::gate_acks::GateAcks;
 use crate::serve::kube_events::{self, Recorder};
 use crate::serve::metrics::{Metrics, MetricsRegistry};
-use crate::serve::published::{AppState, LeaderState, Publisher};
+use crate::serve::published::{LeaderState, Publisher};
 use crate::serve::routing;
 use crate::serve::transitions::{EventLog, LeaseLabel};
 

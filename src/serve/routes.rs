@@ -1,25 +1,31 @@
-//! The HTTP surface: routers built in functions (tests call them without a
-//! socket); [`crate::serve::server`] serves them on a pre-bound listener until a
+//! The HTTP surface: the routers, composed of the routes' handlers, built
+//! in functions (tests call them without a socket);
+//! [`crate::serve::server`] serves them on a pre-bound listener until a
 //! cancellation token fires.
 //!
-//! - gate router (pod-local): `GET|HEAD /leader`, `GET /events`,
-//!   `POST /gates/{gate}/closed`, `POST /handover` ([`crate::serve::step_down`])
-//! - admin router (kubelet, Prometheus): `/leader`, `/healthz`, `/readyz`, `/metrics`
+//! - gate router (pod-local): `GET|HEAD /leader`
+//!   ([`crate::serve::leader_route`]), `GET /events`
+//!   ([`crate::serve::sse_route`]), `POST /gates/{gate}/closed`
+//!   ([`crate::serve::ack_route`]), `POST /handover`
+//!   ([`crate::serve::step_down`])
+//! - admin router (kubelet, Prometheus): `/leader`, `/healthz`, `/readyz`,
+//!   `/metrics` ([`crate::serve::admin_routes`])
 //! - with several Leases, each Lease's routes behind [`several`]'s
 //!   dispatcher (`/leader/{lease}`, `?lease=`), and `/leases`
+//!
+//! Only this module composes: the routes import none of each other.
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use crate::serve::exposition::Format;
-use crate::serve::gate_acks;
-pub use crate::serve::published::{AppState, leader_body, write_leader_body};
+use crate::serve::ack_route;
+use crate::serve::admin_routes::{healthz, metrics, readyz};
+pub use crate::serve::app_state::AppState;
+use crate::serve::leader_route::{leader, named_leader};
 use crate::serve::sse_route;
+use crate::serve::step_down;
 
 mod several;
 
@@ -49,8 +55,8 @@ pub fn lease_gate_router(app: AppState) -> Router {
         .route("/leader", get(leader))
         .route("/leader/{lease}", get(named_leader))
         .route("/events", get(sse_route::events))
-        .route("/gates/{gate}/closed", post(gate_acks::closed))
-        .route("/handover", post(crate::serve::step_down::handover))
+        .route("/gates/{gate}/closed", post(ack_route::closed))
+        .route("/handover", post(step_down::handover))
         .with_state(Arc::new(app))
 }
 
@@ -63,97 +69,6 @@ pub fn lease_admin_router(app: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(Arc::new(app))
-}
-
-/// 200 when leading at this very moment, 503 otherwise (HEAD: same, no body).
-/// The body is written straight from the published state (no JSON value in
-/// between): this is the route a collector may poll in a tight loop.
-async fn leader(State(app): State<Arc<AppState>>) -> Response {
-    let mut body = Vec::with_capacity(320);
-    let leading = write_leader_body(&app, &app.state.borrow(), None, &mut body);
-    let status = if leading {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-/// `/leader/{lease}` beside a Lease alone: its `/leader` when named, so a
-/// client may name the Lease it gates whatever the sidecar contends for.
-async fn named_leader(State(app): State<Arc<AppState>>, Path(lease): Path<String>) -> Response {
-    if lease == *app.lease_name {
-        leader(State(app)).await
-    } else {
-        no_such_lease(&app, &lease)
-    }
-}
-
-/// 404 for a `?lease=` that names another Lease than `app`'s: a client
-/// following one Lease must never act on another's leadership.
-pub(crate) fn not_this_lease(app: &AppState, query: Option<&str>) -> Option<Response> {
-    let lease = gate_acks::query_param(query, "lease")?;
-    (lease != *app.lease_name).then(|| no_such_lease(app, &lease))
-}
-
-fn no_such_lease(app: &AppState, lease: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        format!(
-            "no Lease {lease:?} here: this sidecar contends for {:?} only\n",
-            app.lease_name
-        ),
-    )
-        .into_response()
-}
-
-/// The metrics in the format the scraper asks for: OpenMetrics for
-/// Prometheus, classic text 0.0.4 for `promtool` and most other scrapers.
-async fn metrics(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    // Several Accept headers mean the same as one joined by commas.
-    let accept: Vec<&str> = headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .collect();
-    let format = Format::negotiate((!accept.is_empty()).then(|| accept.join(",")).as_deref());
-    // Leading as /leader would answer now, not as last published: a stuck
-    // election must not keep the gauge at 1 past its deadline (G2).
-    let state = app.state.borrow().clone();
-    app.metrics
-        .state(state.leading_now(), state.holder.is_some());
-    (
-        [
-            (header::CONTENT_TYPE, format.content_type()),
-            (header::VARY, "Accept"),
-        ],
-        app.metrics.encode(format),
-    )
-        .into_response()
-}
-
-/// Liveness: fails only when the election task ended or is stuck.
-async fn healthz(State(app): State<Arc<AppState>>) -> (StatusCode, &'static str) {
-    if app.heartbeat.is_alive(app.stuck_after) {
-        (StatusCode::OK, "ok\n")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "election task is not running\n",
-        )
-    }
-}
-
-/// Readiness: the API server answered at least once.
-async fn readyz(State(app): State<Arc<AppState>>) -> (StatusCode, &'static str) {
-    if app.state.borrow().observed {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "waiting for the API server\n",
-        )
-    }
 }
 
 #[cfg(test)]
@@ -170,7 +85,7 @@ mod tests {
     use crate::serve::published::{LeaderState, Publisher};
     use crate::serve::transitions::{EventLog, LeaseLabel};
     use axum::body::Body;
-    use axum::http::Request;
+    use axum::http::{Request, StatusCode, header};
     use tower::ServiceExt;
 
     fn app(state: LeaderState) -> AppState {

@@ -41,16 +41,13 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, Sleep};
 
 use crate::clock::{BootInstant, wall_micros};
-use crate::serve::gate_acks::{
-    RegisterError, Registration, not_from_this_pod, query_param, slower_than_the_gate_lag,
-};
+use crate::serve::app_state::AppState;
+use crate::serve::gate_acks::{RegisterError, Registration, slower_than_the_gate_lag};
 use crate::serve::gate_channel::GateChannel;
+use crate::serve::guards::{not_from_this_pod, not_this_lease, query_param};
+use crate::serve::leader_body::{json_str, write_leader_body, write_lease, write_valid_until};
 use crate::serve::metrics::Metrics;
 use crate::serve::published::LeaderState;
-use crate::serve::published::{
-    AppState, json_str, write_leader_body, write_lease, write_valid_until,
-};
-use crate::serve::routes::not_this_lease;
 use crate::serve::server::{Peer, ReadClosed};
 use crate::serve::transitions::{Event, EventKind, Next, Start, Subscription, event_json};
 

@@ -46,10 +46,9 @@ use axum::extract::{Extension, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::serve::gate_acks::not_from_this_pod;
+use crate::serve::app_state::AppState;
 use crate::serve::gate_channel::GateChannel;
-use crate::serve::published::AppState;
-use crate::serve::routes::not_this_lease;
+use crate::serve::guards::not_this_pods_for_this_lease;
 use crate::serve::server::Peer;
 
 /// The handler of `POST /handover[?lease=NAME]`: 202 while leading (the
@@ -62,14 +61,13 @@ pub async fn handover(
     channel: Option<Extension<Arc<GateChannel>>>,
     uri: Uri,
 ) -> Response {
-    if let Some(refusal) = not_from_this_pod(
+    if let Some(refusal) = not_this_pods_for_this_lease(
+        &app,
         peer.as_ref(),
         channel.as_ref(),
+        uri.query(),
         "step-down requests are taken",
     ) {
-        return refusal;
-    }
-    if let Some(refusal) = not_this_lease(&app, uri.query()) {
         return refusal;
     }
     let leading = app.state.borrow().leading_now();

@@ -1,8 +1,12 @@
-//! The routes of a sidecar elected for several Leases: each Lease keeps the
-//! routes of a Lease alone, reached by name — `/leader/{lease}` for its
-//! `/leader`, `?lease=NAME` for its `/events` and gate acknowledgements —
-//! and the process answers for all of them: `/leader` and `/leases` (what
-//! this pod holds), `/healthz`, `/readyz` and `/metrics`.
+//! The routes of a sidecar elected for several Leases, composed of the
+//! one-Lease routes: each Lease keeps the router of a Lease alone
+//! ([`crate::serve::routes::lease_gate_router`]), reached by name —
+//! `/leader/{lease}` for its `/leader`, `?lease=NAME` for its `/events`,
+//! gate acknowledgements and `/handover` — and the process answers for all
+//! of them: `/leader` and `/leases` (what this pod holds, each Lease's body
+//! written by [`crate::serve::leader_body`]), `/healthz` and `/readyz` (each
+//! Lease's handler, every one must pass) and `/metrics` (one registry for
+//! all, each Lease's gauge refreshed).
 
 use std::sync::Arc;
 
@@ -13,8 +17,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use tower::ServiceExt;
 
-use super::{healthz, metrics, readyz};
-use crate::serve::published::{AppState, json_str, write_leader_body};
+use crate::serve::admin_routes::{healthz, metrics, readyz, refresh_leading};
+use crate::serve::app_state::AppState;
+use crate::serve::leader_body::{json_str, write_leader_body};
+use crate::serve::leader_route::leader_response;
 
 /// Each Lease's own routes, by name, in the order of the Leases.
 struct Group {
@@ -158,12 +164,8 @@ fn write_holdings(group: &Group, out: &mut Vec<u8>) -> bool {
 /// `/leader` with several Leases: 200 while this pod leads at least one.
 async fn holdings(State(group): State<Arc<Group>>) -> Response {
     let mut body = Vec::new();
-    let status = if write_holdings(&group, &mut body) {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    let leading = write_holdings(&group, &mut body);
+    leader_response(leading, body)
 }
 
 /// `/leases`: the same list, always 200.
@@ -199,9 +201,7 @@ async fn all_ready(State(group): State<Arc<Group>>) -> Response {
 /// each series labelled by its Lease.
 async fn all_metrics(State(group): State<Arc<Group>>, headers: HeaderMap) -> Response {
     for app in &group.apps[1..] {
-        let state = app.state.borrow().clone();
-        app.metrics
-            .state(state.leading_now(), state.holder.is_some());
+        refresh_leading(app);
     }
     let first = group.apps[0].clone();
     metrics(State(first), headers).await

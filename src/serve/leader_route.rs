@@ -1,0 +1,43 @@
+//! `GET|HEAD /leader` of one Lease, and `/leader/{lease}` naming it: 200
+//! while this instance leads at this very moment, 503 otherwise, with the
+//! body of [`crate::serve::leader_body`].
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::serve::app_state::AppState;
+use crate::serve::guards::no_such_lease;
+use crate::serve::leader_body::write_leader_body;
+
+/// 200 when leading at this very moment, 503 otherwise (HEAD: same, no body).
+/// The body is written straight from the published state (no JSON value in
+/// between): this is the route a collector may poll in a tight loop.
+pub async fn leader(State(app): State<Arc<AppState>>) -> Response {
+    let mut body = Vec::with_capacity(320);
+    let leading = write_leader_body(&app, &app.state.borrow(), None, &mut body);
+    leader_response(leading, body)
+}
+
+/// The answer of a `/leader`, one Lease's or several's: the JSON `body`,
+/// with 200 when `leading`, 503 otherwise.
+pub fn leader_response(leading: bool, body: Vec<u8>) -> Response {
+    let status = if leading {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `/leader/{lease}` beside a Lease alone: its `/leader` when named, so a
+/// client may name the Lease it gates whatever the sidecar contends for.
+pub async fn named_leader(State(app): State<Arc<AppState>>, Path(lease): Path<String>) -> Response {
+    if lease == *app.lease_name {
+        leader(State(app)).await
+    } else {
+        no_such_lease(&app, &lease)
+    }
+}
