@@ -255,19 +255,25 @@ def name(mod):
 
 
 def drawing(nodes, edges):
-    """Floors top down; under each module the modules it imports."""
+    """Floors top down; under each module what it imports: rooms of its own
+    side by their path in it, other sides by their name alone."""
     lines = []
     for i in reversed(range(len(FLOORS))):
         rooms = FLOORS[i]
         members = [m for m in nodes if m and m[0] in rooms]
         if not members:
             continue
-        lines.append(f"floor {i}: {', '.join(rooms)}")
+        lines.append(f"floor {i}: {', '.join(r for r in rooms if any(m[0] == r for m in members))}")
         for m in members:
-            targets = sorted(edges.get(m, ()))
-            arrow = " → " + ", ".join(name(t) for t in targets) if targets else ""
-            depth = len(m) - 1
-            lines.append(f"  {'  ' * depth}{m[-1]}{arrow}")
+            own, other = [], []
+            for t in sorted(edges.get(m, ())):
+                if t[0] == m[0] and len(m) > 1:
+                    own.append("::".join(t[1:]))
+                elif t[0] not in other:
+                    other.append(t[0])
+            targets = own + other
+            arrow = " → " + ", ".join(targets) if targets else ""
+            lines.append(f"  {'  ' * (len(m) - 1)}{m[-1]}{arrow}")
     return "\n".join(lines)
 
 
