@@ -22,7 +22,7 @@ use axum::routing::{get, post};
 
 use crate::serve::ack_route;
 use crate::serve::admin_routes::{healthz, metrics, readyz};
-pub use crate::serve::app_state::AppState;
+use crate::serve::app_state::AppState;
 use crate::serve::leader_route::{leader, named_leader};
 use crate::serve::sse_route;
 use crate::serve::step_down;

@@ -19,11 +19,12 @@ use crate::args::resolve_namespace;
 use crate::elector::lease_client::{self, KubeLeaseStore};
 use crate::elector::machine::Spread;
 use crate::exit;
+use crate::serve::app_state::AppState;
 use crate::serve::config::ServeConfig;
 use crate::serve::gate_channel::{self, GateChannel};
 use crate::serve::lease_stack::{LeaseStack, Process};
 use crate::serve::metrics::MetricsRegistry;
-use crate::serve::routes::{self, AppState};
+use crate::serve::routes;
 use crate::serve::server::{self, Limits};
 use crate::serve::spreading;
 
