@@ -227,7 +227,7 @@ pub async fn file_gate(rounds: usize, status: u16) -> Vec<Duration> {
 /// reload, then the one after the copy appeared) answered 200, every later
 /// one `status`; the count of POSTs.
 async fn reload_endpoint(status: u16) -> (String, Arc<AtomicUsize>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/-/reload", listener.local_addr().unwrap());
     let posts = Arc::new(AtomicUsize::new(0));
@@ -236,13 +236,8 @@ async fn reload_endpoint(status: u16) -> (String, Arc<AtomicUsize>) {
         while let Ok((mut stream, _)) = listener.accept().await {
             let seen = seen.clone();
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
+                if crate::support::read_head(&mut stream).await.is_none() {
+                    return;
                 }
                 let n = seen.fetch_add(1, Ordering::Relaxed) + 1;
                 let code = if n <= 2 { 200 } else { status };

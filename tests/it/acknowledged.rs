@@ -16,75 +16,33 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use support::events::EventClient;
-use support::fake_apiserver::{FakeApiServer, Verb};
+use support::fake_apiserver::Verb;
 use support::file_gate::{FileGate, Reloads};
-use support::gate_clients::{COLLECTOR, ChildLog, Entry, GateClient, spawn_exec, wall_now};
-use support::sidecar::{Sidecar, Timing, test_dir};
+use support::gate_clients::{ChildLog, Entry, GateClient, wall_now};
+use support::gate_pods::Pods;
+use support::sidecar::Timing;
 
-const LEASE: &str = "cluster-metrics";
 const SECOND: Duration = Duration::from_secs(1);
 const NAMES: [&str; 2] = ["a", "b"];
-/// The margin (lease − renew deadline = 3 s) covers exec's `--grace 2s` and
-/// the gate lag.
-const TIMING: Timing = Timing {
-    lease: Duration::from_secs(6),
-    renew_deadline: Duration::from_secs(3),
-    retry: Duration::from_secs(1),
-};
+const TIMING: Timing = Timing::GATES;
 const GATE_LAG: Duration = Duration::from_millis(2500);
 
-struct Pods {
-    api: FakeApiServer,
-    dir: PathBuf,
-    sidecars: Vec<Sidecar>,
+/// Two pods with the gate lag.
+async fn pods(test: &str) -> Pods {
+    let lag = format!("{}ms", GATE_LAG.as_millis());
+    Pods::start(test, &NAMES, TIMING, &["--gate-lag", &lag]).await
 }
 
-impl Pods {
-    async fn start(test: &str) -> Pods {
-        let api = FakeApiServer::start("collectors", LEASE).await;
-        let dir = test_dir(test);
-        let lag = format!("{}ms", GATE_LAG.as_millis());
-        let sidecars: Vec<Sidecar> = NAMES
-            .iter()
-            .map(|name| Sidecar::spawn_with(&api, &dir, name, TIMING, &["--gate-lag", &lag]))
-            .collect();
-        for sidecar in &sidecars {
-            sidecar.wait_serving().await;
-        }
-        Pods { api, dir, sidecars }
-    }
-
-    /// The index of the sidecar that leads first.
-    async fn leader(&self) -> usize {
-        support::sidecar::leading_one(&self.sidecars, TIMING.lease * 3).await
-    }
-
-    /// When `name`'s release (a write that clears the holder) was received.
-    async fn release_of(&self, name: &str) -> Instant {
-        self.api.release_of(name, TIMING.lease * 2).await
-    }
+/// When `name`'s release (a write that clears the holder) was received.
+async fn release_of(pods: &Pods, name: &str) -> Instant {
+    pods.api.release_of(name, TIMING.lease * 2).await
 }
 
-/// Two pods, each a sidecar and an `exec` of [`COLLECTOR`]; also the
+/// Two pods, each a sidecar and an `exec` of the test collector; also the
 /// leader's index and its child's start.
 async fn exec_pods(test: &str) -> (Pods, Vec<GateClient>, ChildLog, usize, Entry) {
-    let pods = Pods::start(test).await;
-    let log = ChildLog(pods.dir.join("children.log"));
-    let execs: Vec<GateClient> = NAMES
-        .iter()
-        .zip(&pods.sidecars)
-        .map(|(name, sidecar)| {
-            spawn_exec(
-                &pods.dir,
-                name,
-                &format!("http://{}", sidecar.gate),
-                &log.0,
-                COLLECTOR,
-            )
-        })
-        .collect();
-    let first = log.wait_for(TIMING.lease * 3, |e| e.what == "start").await;
-    let l = NAMES.iter().position(|n| *n == first.name).unwrap();
+    let pods = pods(test).await;
+    let (execs, log, l, first) = pods.execs(&[]).await;
     assert_eq!(pods.leader().await, l);
     // Both execs subscribed (the follower's too) and the leader renewed.
     tokio::time::sleep(TIMING.retry * 2).await;
@@ -106,17 +64,11 @@ async fn a_deleted_exec_pod_hands_over_once_its_tree_is_gone_without_waiting_out
     // (exec) gets SIGTERM first and exits; only then does the sidecar.
     let (mut pods, mut execs, log, l, _) = exec_pods("ack-exec-pod-deleted").await;
     let p = 1 - l;
-    execs[l].signal(libc::SIGTERM);
-    assert_eq!(
-        execs[l].exit_code(SECOND * 10).await,
-        0,
-        "{}",
-        execs[l].stderr()
-    );
+    execs[l].terminate_cleanly(SECOND * 10).await;
     let tree_gone = wall_now();
     let signalled = Instant::now();
     pods.sidecars[l].signal(libc::SIGTERM);
-    let released = pods.release_of(NAMES[l]).await;
+    let released = release_of(&pods, NAMES[l]).await;
     let started = peer_start(&log, p, tree_gone).await;
     log.assert_never_two_at_once();
     assert!(
@@ -145,7 +97,7 @@ async fn a_sigterm_to_the_sidecar_releases_once_exec_reaped_the_tree() {
     let signalled = Instant::now();
     let signalled_wall = wall_now();
     pods.sidecars[l].signal(libc::SIGTERM);
-    let released = pods.release_of(NAMES[l]).await;
+    let released = release_of(&pods, NAMES[l]).await;
     let stopped = log
         .wait_for(SECOND * 5, |e| e.what == "stop" && e.pid == old.pid)
         .await;
@@ -180,32 +132,15 @@ async fn an_exec_that_cannot_list_its_children_never_acknowledges_and_the_releas
         println!("SKIPPED: unshare --pid needs CAP_SYS_ADMIN");
         return;
     }
-    let pods = Pods::start("ack-exec-blind").await;
-    let log = ChildLog(pods.dir.join("children.log"));
-    let execs: Vec<GateClient> = NAMES
-        .iter()
-        .zip(&pods.sidecars)
-        .map(|(name, sidecar)| {
-            let url = format!("http://{}", sidecar.gate);
-            GateClient::spawn_under(
-                &["unshare", "--pid", "--fork", "--kill-child"],
-                &pods.dir,
-                &format!("exec-{name}"),
-                &[
-                    "exec", "--url", &url, "--grace", "2s", "--", "sh", "-c", COLLECTOR,
-                ],
-                &[("NAME", name), ("LOG", log.0.to_str().unwrap())],
-            )
-        })
-        .collect();
-    let old = log.wait_for(TIMING.lease * 3, |e| e.what == "start").await;
-    let l = NAMES.iter().position(|n| *n == old.name).unwrap();
+    let pods = pods("ack-exec-blind").await;
+    let unshared = ["unshare", "--pid", "--fork", "--kill-child"];
+    let (execs, log, l, old) = pods.execs(&unshared).await;
     assert_eq!(pods.leader().await, l);
     tokio::time::sleep(TIMING.retry * 2).await;
 
     let signalled = Instant::now();
     pods.sidecars[l].signal(libc::SIGTERM);
-    let released = pods.release_of(NAMES[l]).await;
+    let released = release_of(&pods, NAMES[l]).await;
     let stopped = log
         .wait_for(SECOND * 5, |e| e.what == "stop" && e.pid == old.pid)
         .await;
@@ -249,7 +184,7 @@ async fn an_exec_killed_without_acknowledging_holds_the_release_for_the_whole_ga
     let signalled = Instant::now();
     let signalled_wall = wall_now();
     pods.sidecars[l].signal(libc::SIGTERM);
-    let released = pods.release_of(NAMES[l]).await;
+    let released = release_of(&pods, NAMES[l]).await;
     peer_start(&log, p, signalled_wall).await;
     assert!(
         released - signalled >= GATE_LAG,
@@ -272,7 +207,7 @@ async fn file_gate_pods(
     registered: bool,
     reload_delay: Option<Duration>,
 ) -> (Pods, usize, FileGate, PathBuf, EventClient, Option<Reloads>) {
-    let pods = Pods::start(test).await;
+    let pods = pods(test).await;
     let l = pods.leader().await;
     let gate = pods.sidecars[l].gate;
     let mut sub = if registered {
@@ -335,7 +270,7 @@ async fn the_release_waits_for_the_last_registered_gate_a_subscriber_that_acknow
         .any(|r| r.holder.is_none());
     assert!(!early, "no release before the subscriber's acknowledgement");
     assert_eq!(pods.sidecars[l].acknowledge("sub", &term).await, 204);
-    let released = pods.release_of(NAMES[l]).await;
+    let released = release_of(&pods, NAMES[l]).await;
     assert!(
         released >= acknowledged,
         "the release follows the last acknowledgement"
@@ -359,7 +294,7 @@ async fn file_gate_acknowledges_once_its_copy_is_gone_and_the_reload_answered() 
         file_gate_pods("ack-file-gate-reload", false, Some(reload)).await;
     let signalled = Instant::now();
     pods.sidecars[l].signal(libc::SIGTERM);
-    let released = pods.release_of(NAMES[l]).await;
+    let released = release_of(&pods, NAMES[l]).await;
     let after = released - signalled;
     assert!(
         after >= reload,
@@ -395,7 +330,7 @@ async fn a_file_gate_without_a_reload_url_holds_the_release_to_the_gate_lag() {
     pods.sidecars[l].signal(libc::SIGTERM);
     let term = sub.stopped_term(SECOND * 5).await;
     assert_eq!(pods.sidecars[l].acknowledge("sub", &term).await, 204);
-    let released = pods.release_of(NAMES[l]).await;
+    let released = release_of(&pods, NAMES[l]).await;
     assert!(!dst.exists(), "the copy was removed: {}", gate.log());
     assert!(
         released - signalled >= GATE_LAG,

@@ -43,13 +43,7 @@ impl Cluster {
         extra: &[&str],
     ) -> Cluster {
         let dir = test_dir(test);
-        let sidecars: Vec<Sidecar> = names
-            .iter()
-            .map(|name| Sidecar::spawn_with(&api, &dir, name, timing, extra))
-            .collect();
-        for sidecar in &sidecars {
-            sidecar.wait_serving().await;
-        }
+        let sidecars = Sidecar::spawn_serving(&api, &dir, names, timing, extra).await;
         let monitor = Monitor::start(&sidecars.iter().collect::<Vec<_>>());
         Cluster {
             api,

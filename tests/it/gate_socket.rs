@@ -6,23 +6,18 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::events::EventClient;
 use support::fake_apiserver::{FakeApiServer, Verb};
-use support::gate_clients::{COLLECTOR, ChildLog, spawn_exec, wall_now};
+use support::gate_clients::{COLLECTOR, ChildLog, GateClient, spawn_exec, wall_now};
 use support::sidecar::{Sidecar, Timing, test_dir};
 
 const LEASE: &str = "cluster-metrics";
 const SECOND: Duration = Duration::from_secs(1);
-/// A margin (3 s) that holds a gate lag of seconds.
-const TIMING: Timing = Timing {
-    lease: Duration::from_secs(6),
-    renew_deadline: Duration::from_secs(3),
-    retry: Duration::from_secs(1),
-};
+const TIMING: Timing = Timing::GATES;
 const GATE_LAG: Duration = Duration::from_millis(2500);
 
 /// `curl --unix-socket SOCKET [-X METHOD] http://localhost/PATH`: the status
@@ -40,33 +35,24 @@ fn curl(socket: &Path, method: &str, path: &str) -> (u16, String) {
     (status.trim().parse().unwrap_or(0), body.to_owned())
 }
 
-fn socket_in(dir: &Path) -> PathBuf {
-    let run = dir.join("run");
-    std::fs::create_dir_all(&run).unwrap();
-    run.join("gate.sock")
+/// An `exec` of [`COLLECTOR`] on the gate socket `socket`, once its child
+/// started.
+async fn exec_on(dir: &Path, socket: &Path) -> (GateClient, ChildLog) {
+    let log = ChildLog(dir.join("children.log"));
+    let url = format!("unix:{}", socket.display());
+    let exec = spawn_exec(dir, "a", &url, &log.0, COLLECTOR);
+    log.wait_for(SECOND * 10, |e| e.what == "start").await;
+    (exec, log)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_gate_socket_only_the_socket_registers_and_acknowledges_and_reads_stay_on_tcp() {
     let api = FakeApiServer::start("collectors", LEASE).await;
     let dir = test_dir("gate-socket-only");
-    let socket = socket_in(&dir);
     let lag = format!("{}ms", GATE_LAG.as_millis());
+    let (a, socket) = Sidecar::spawn_with_socket(&api, &dir, "a", TIMING, &["--gate-lag", &lag]);
     let socket_arg = socket.to_str().unwrap();
-    let a = Sidecar::spawn_with(
-        &api,
-        &dir,
-        "a",
-        TIMING,
-        &["--gate-socket", socket_arg, "--gate-lag", &lag],
-    );
-    a.wait_serving().await;
-    let term = a
-        .wait_leading(TIMING.lease * 3)
-        .await
-        .term()
-        .expect("a term")
-        .to_owned();
+    let term = a.wait_term(TIMING.lease * 3).await;
 
     // Reads: on TCP as before, and with curl on the socket.
     assert_eq!(a.leader().await.expect("/leader on TCP").status, 200);
@@ -146,13 +132,7 @@ async fn a_pod_on_the_nodes_network_without_a_socket_refuses_gates_and_names_the
             &lag,
         ],
     );
-    a.wait_serving().await;
-    let term = a
-        .wait_leading(TIMING.lease * 3)
-        .await
-        .term()
-        .expect("a term")
-        .to_owned();
+    let term = a.wait_term(TIMING.lease * 3).await;
     let mut gate = EventClient::connect_as_gate(a.gate, "x").await;
     assert_eq!(gate.status, 403);
     let said = gate.body_text(SECOND).await;
@@ -183,26 +163,10 @@ async fn a_pod_on_the_nodes_network_without_a_socket_refuses_gates_and_names_the
 async fn exec_on_the_gate_socket_runs_its_child_and_its_acknowledgement_releases_at_once() {
     let api = FakeApiServer::start("collectors", LEASE).await;
     let dir = test_dir("gate-socket-exec");
-    let socket = socket_in(&dir);
     let lag = format!("{}ms", GATE_LAG.as_millis());
-    let a = Sidecar::spawn_with(
-        &api,
-        &dir,
-        "a",
-        TIMING,
-        &[
-            "--gate-socket",
-            socket.to_str().unwrap(),
-            "--gate-lag",
-            &lag,
-        ],
-    );
-    a.wait_serving().await;
-    a.wait_leading(TIMING.lease * 3).await;
-    let log = ChildLog(dir.join("children.log"));
-    let url = format!("unix:{}", socket.display());
-    let _exec = spawn_exec(&dir, "a", &url, &log.0, COLLECTOR);
-    log.wait_for(SECOND * 10, |e| e.what == "start").await;
+    let (a, socket) = Sidecar::spawn_with_socket(&api, &dir, "a", TIMING, &["--gate-lag", &lag]);
+    a.wait_term(TIMING.lease * 3).await;
+    let (_exec, log) = exec_on(&dir, &socket).await;
     // Registered for the term (connected when it started, or since).
     tokio::time::sleep(TIMING.retry).await;
 
@@ -235,20 +199,9 @@ async fn exec_on_the_gate_socket_runs_its_child_and_its_acknowledgement_releases
 async fn exec_on_the_gate_socket_stops_its_child_within_validity_when_the_sidecar_is_killed() {
     let api = FakeApiServer::start("collectors", LEASE).await;
     let dir = test_dir("gate-socket-sigkill");
-    let socket = socket_in(&dir);
-    let mut a = Sidecar::spawn_with(
-        &api,
-        &dir,
-        "a",
-        TIMING,
-        &["--gate-socket", socket.to_str().unwrap()],
-    );
-    a.wait_serving().await;
-    a.wait_leading(TIMING.lease * 3).await;
-    let log = ChildLog(dir.join("children.log"));
-    let url = format!("unix:{}", socket.display());
-    let _exec = spawn_exec(&dir, "a", &url, &log.0, COLLECTOR);
-    log.wait_for(SECOND * 10, |e| e.what == "start").await;
+    let (mut a, socket) = Sidecar::spawn_with_socket(&api, &dir, "a", TIMING, &[]);
+    a.wait_term(TIMING.lease * 3).await;
+    let (_exec, log) = exec_on(&dir, &socket).await;
 
     let killed = wall_now();
     a.signal(libc::SIGKILL);

@@ -57,13 +57,7 @@ async fn start_pair(
 ) -> (FakeApiServer, PathBuf, Vec<Sidecar>) {
     let api = FakeApiServer::start("collectors", LEASE).await;
     let dir = test_dir(test);
-    let sidecars: Vec<Sidecar> = NAMES
-        .iter()
-        .map(|name| Sidecar::spawn_with(&api, &dir, name, timing, extra))
-        .collect();
-    for sidecar in &sidecars {
-        sidecar.wait_serving().await;
-    }
+    let sidecars = Sidecar::spawn_serving(&api, &dir, &NAMES, timing, extra).await;
     (api, dir, sidecars)
 }
 

@@ -13,68 +13,43 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::fake_apiserver::{FakeApiServer, Verb};
-use support::gate_clients::{COLLECTOR, ChildLog, GateClient, spawn_exec, wall_now};
+use support::gate_clients::{GateClient, wall_now};
+use support::gate_pods::Pods;
 use support::sidecar::{Sidecar, Timing, test_dir};
 
 const LEASE: &str = "cluster-metrics";
 const SECOND: Duration = Duration::from_secs(1);
 const NAMES: [&str; 2] = ["a", "b"];
-const TIMING: Timing = Timing {
-    lease: Duration::from_secs(6),
-    renew_deadline: Duration::from_secs(3),
-    retry: Duration::from_secs(1),
-};
+const TIMING: Timing = Timing::GATES;
 /// Short, so that a hand-over with no gate registered completes well
 /// within the hook's default timeout; far below a lease duration.
 const GATE_LAG: &str = "500ms";
 
-struct Pods {
-    api: FakeApiServer,
-    dir: PathBuf,
-    sidecars: Vec<Sidecar>,
+/// Two pods with the short gate lag.
+async fn pods(test: &str) -> Pods {
+    Pods::start(test, &NAMES, TIMING, &["--gate-lag", GATE_LAG]).await
 }
 
-impl Pods {
-    async fn start(test: &str, extra: &[&str]) -> Pods {
-        let api = FakeApiServer::start("collectors", LEASE).await;
-        let dir = test_dir(test);
-        let args = [&["--gate-lag", GATE_LAG][..], extra].concat();
-        let sidecars: Vec<Sidecar> = NAMES
-            .iter()
-            .map(|name| Sidecar::spawn_with(&api, &dir, name, TIMING, &args))
-            .collect();
-        for sidecar in &sidecars {
-            sidecar.wait_serving().await;
-        }
-        Pods { api, dir, sidecars }
-    }
+/// When `name`'s acquisition (a write naming it holder, answered 200) was
+/// received, if one was after `after`.
+fn acquisition_of(api: &FakeApiServer, name: &str, after: Instant) -> Option<Instant> {
+    [Verb::Update, Verb::Create]
+        .into_iter()
+        .flat_map(|verb| api.requests_of(name, verb))
+        .filter(|r| r.at > after && r.status == Some(200) && r.holder.as_deref() == Some(name))
+        .map(|r| r.at)
+        .min()
+}
 
-    /// The index of the sidecar that leads first.
-    async fn leader(&self) -> usize {
-        support::sidecar::leading_one(&self.sidecars, TIMING.lease * 3).await
-    }
-
-    /// When `name`'s acquisition (a write naming it holder, answered 200)
-    /// was received, if one was after `after`.
-    fn acquisition_of(&self, name: &str, after: Instant) -> Option<Instant> {
-        [Verb::Update, Verb::Create]
-            .into_iter()
-            .flat_map(|verb| self.api.requests_of(name, verb))
-            .filter(|r| r.at > after && r.status == Some(200) && r.holder.as_deref() == Some(name))
-            .map(|r| r.at)
-            .min()
-    }
-
-    fn holder(&self) -> Option<String> {
-        self.api.lease(LEASE)?["spec"]["holderIdentity"]
-            .as_str()
-            .map(str::to_owned)
-    }
+fn holder(api: &FakeApiServer) -> Option<String> {
+    api.lease(LEASE)?["spec"]["holderIdentity"]
+        .as_str()
+        .map(str::to_owned)
 }
 
 fn prestop(dir: &Path, name: &str, url: &str, timeout: &str, drain: &str) -> GateClient {
@@ -111,7 +86,7 @@ fn post(socket: Option<&Path>, url: &str) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prestop_returns_once_the_peer_holds_the_lease_and_the_drain_passed() {
-    let mut pods = Pods::start("prestop-hands-over", &[]).await;
+    let mut pods = pods("prestop-hands-over").await;
     let l = pods.leader().await;
     let p = 1 - l;
     // The peer watches (and may claim the successor slot) meanwhile.
@@ -125,8 +100,7 @@ async fn prestop_returns_once_the_peer_holds_the_lease_and_the_drain_passed() {
         .expect("prestop returns within its bound");
     assert_eq!(status.code(), Some(0), "{}", hook.stderr());
     let took = exited - asked;
-    let acquired = pods
-        .acquisition_of(NAMES[p], asked)
+    let acquired = acquisition_of(&pods.api, NAMES[p], asked)
         .unwrap_or_else(|| panic!("the peer never took the Lease\n{}", hook.stderr()));
     assert!(acquired < exited, "the Lease moved before prestop returned");
     assert!(
@@ -138,7 +112,7 @@ async fn prestop_returns_once_the_peer_holds_the_lease_and_the_drain_passed() {
         took < Duration::from_secs(6) + SECOND,
         "within timeout + drain: {took:?}"
     );
-    assert_eq!(pods.holder().as_deref(), Some(NAMES[p]));
+    assert_eq!(holder(&pods.api).as_deref(), Some(NAMES[p]));
     assert!(
         pods.sidecars[l].exited().is_none(),
         "the old sidecar still runs: nobody sent it SIGTERM"
@@ -155,7 +129,7 @@ async fn prestop_returns_once_the_peer_holds_the_lease_and_the_drain_passed() {
     // It stands aside: still not leading a lease duration on… then a
     // candidate again (G1) — judged here only as "it did not take it back".
     tokio::time::sleep(SECOND).await;
-    assert_eq!(pods.holder().as_deref(), Some(NAMES[p]));
+    assert_eq!(holder(&pods.api).as_deref(), Some(NAMES[p]));
     println!(
         "MEASURE prestop: the peer acquired {:.3}s after the request; the hook returned {:.3}s after it (drain 1s)",
         (acquired - asked).as_secs_f64(),
@@ -165,7 +139,7 @@ async fn prestop_returns_once_the_peer_holds_the_lease_and_the_drain_passed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prestop_of_a_follower_returns_at_once() {
-    let pods = Pods::start("prestop-follower", &[]).await;
+    let pods = pods("prestop-follower").await;
     let l = pods.leader().await;
     let p = 1 - l;
     let url = format!("http://{}", pods.sidecars[p].gate);
@@ -178,7 +152,11 @@ async fn prestop_of_a_follower_returns_at_once() {
         "{}",
         hook.stderr()
     );
-    assert_eq!(pods.holder().as_deref(), Some(NAMES[l]), "the leader stays");
+    assert_eq!(
+        holder(&pods.api).as_deref(),
+        Some(NAMES[l]),
+        "the leader stays"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,33 +207,12 @@ async fn prestop_against_a_dead_or_stopped_sidecar_returns_within_its_bound_with
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_receiving_sigterm_hands_over_without_the_sidecars_sigterm() {
-    let pods = Pods::start("prestop-exec-sigterm", &[]).await;
-    let log = ChildLog(pods.dir.join("children.log"));
-    let mut execs: Vec<GateClient> = NAMES
-        .iter()
-        .zip(&pods.sidecars)
-        .map(|(name, sidecar)| {
-            spawn_exec(
-                &pods.dir,
-                name,
-                &format!("http://{}", sidecar.gate),
-                &log.0,
-                COLLECTOR,
-            )
-        })
-        .collect();
-    let first = log.wait_for(TIMING.lease * 3, |e| e.what == "start").await;
-    let l = NAMES.iter().position(|n| *n == first.name).unwrap();
+    let pods = pods("prestop-exec-sigterm").await;
+    let (mut execs, log, l, _) = pods.execs(&[]).await;
     let p = 1 - l;
     tokio::time::sleep(TIMING.retry * 2).await;
     // The collector's container alone is stopped; its sidecar gets nothing.
-    execs[l].signal(libc::SIGTERM);
-    assert_eq!(
-        execs[l].exit_code(SECOND * 10).await,
-        0,
-        "{}",
-        execs[l].stderr()
-    );
+    execs[l].terminate_cleanly(SECOND * 10).await;
     let tree_gone = wall_now();
     let started = log
         .wait_for(TIMING.renew_deadline, |e| {
@@ -289,23 +246,9 @@ async fn exec_receiving_sigterm_hands_over_without_the_sidecars_sigterm() {
 async fn the_step_down_is_refused_from_outside_the_gate_channel() {
     let api = FakeApiServer::start("collectors", LEASE).await;
     let dir = test_dir("prestop-gate-channel");
-    let run = dir.join("run");
-    std::fs::create_dir_all(&run).unwrap();
-    let socket = run.join("gate.sock");
-    let a = Sidecar::spawn_with(
-        &api,
-        &dir,
-        "a",
-        TIMING,
-        &[
-            "--gate-socket",
-            socket.to_str().unwrap(),
-            "--gate-lag",
-            GATE_LAG,
-        ],
-    );
-    a.wait_serving().await;
-    a.wait_leading(TIMING.lease * 3).await;
+    let (a, socket) =
+        Sidecar::spawn_with_socket(&api, &dir, "a", TIMING, &["--gate-lag", GATE_LAG]);
+    a.wait_term(TIMING.lease * 3).await;
     // TCP, even loopback, is not the gate channel once a socket is given.
     let tcp = format!("http://{}/handover", a.gate);
     assert_eq!(post(None, &tcp), 403);

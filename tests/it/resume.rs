@@ -22,13 +22,7 @@ async fn leader_killed(test: &str) -> (FakeApiServer, PathBuf, Sidecar, Sidecar,
     let dir = test_dir(test);
     let state = dir.join("state-a");
     let mut a = Sidecar::spawn_with(&api, &dir, "a", TIMING, &state_args(&state));
-    a.wait_serving().await;
-    let term = a
-        .wait_leading(TIMING.lease * 3)
-        .await
-        .term()
-        .expect("a term")
-        .to_owned();
+    let term = a.wait_term(TIMING.lease * 3).await;
     let b = Sidecar::spawn_with(&api, &dir, "b", TIMING, &[]);
     b.wait_serving().await;
     b.wait_for(Duration::from_secs(5), |p| p.holder() == Some("a"))
@@ -212,13 +206,7 @@ async fn a_state_directory_that_hangs_stalls_neither_the_renews_nor_the_listener
     // SAFETY: mkfifo(3) with a valid path.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
     let a = Sidecar::spawn_with(&api, &dir, "a", TIMING, &state_args(&state));
-    a.wait_serving().await;
-    let term = a
-        .wait_leading(TIMING.lease * 3)
-        .await
-        .term()
-        .expect("a term")
-        .to_owned();
+    let term = a.wait_term(TIMING.lease * 3).await;
     // Its first record now hangs for good; two renew deadlines go by.
     let since = Instant::now();
     tokio::time::sleep(TIMING.renew_deadline * 2).await;
@@ -282,13 +270,7 @@ async fn a_resumed_term_waits_its_whole_gate_lag_for_the_gates_registered_before
     let mut args = state_args(&state);
     args.extend(["--gate-lag", lag.as_str()]);
     let mut a = Sidecar::spawn_with(&api, &dir, "a", TIMING, &args);
-    a.wait_serving().await;
-    let term = a
-        .wait_leading(TIMING.lease * 3)
-        .await
-        .term()
-        .expect("a term")
-        .to_owned();
+    let term = a.wait_term(TIMING.lease * 3).await;
     let b = Sidecar::spawn_with(&api, &dir, "b", TIMING, &["--gate-lag", &lag]);
     b.wait_serving().await;
     b.wait_for(Duration::from_secs(5), |p| p.holder() == Some("a"))

@@ -292,6 +292,27 @@ struct Policy {
     failure: u16,
 }
 
+impl Policy {
+    /// 200 after `delay`, as long as the test says nothing else.
+    fn ok_after(delay: Duration) -> Arc<Mutex<Policy>> {
+        Arc::new(Mutex::new(Policy {
+            status: 200,
+            delay,
+            failures: 0,
+            failure: 500,
+        }))
+    }
+}
+
+/// One answer as sent: the status line `line` (`"200 OK"`) and `body`,
+/// after `delay`; `status` is what [`Post::status`] records.
+struct Reply {
+    status: u16,
+    line: String,
+    body: &'static str,
+    delay: Duration,
+}
+
 /// A tiny HTTP server in place of a collector's reload endpoint: it records
 /// every request (and which watched files exist at that moment), and
 /// answers 200 after `delay` — or as the test says since.
@@ -305,68 +326,86 @@ impl Reloads {
     /// Answers each request only after `delay`, as a collector that reloads
     /// a large configuration before it answers.
     pub async fn start_slow(watched: &[&Path], delay: Duration) -> Reloads {
+        let answer = Policy::ok_after(delay);
+        let policy = answer.clone();
+        Self::serve(watched, answer, move |_| {
+            let mut answer = policy.lock().unwrap();
+            let status = if answer.failures > 0 {
+                answer.failures -= 1;
+                answer.failure
+            } else {
+                answer.status
+            };
+            let (reason, body) = if status / 100 == 2 {
+                ("OK", "")
+            } else {
+                ("Failed", "failed to reload config")
+            };
+            Some(Reply {
+                status,
+                line: format!("{status} {reason}"),
+                body,
+                delay: answer.delay,
+            })
+        })
+        .await
+    }
+
+    /// Records every request, and answers it as `reply` says for the
+    /// number of requests recorded before it (`None`: never).
+    async fn serve(
+        watched: &[&Path],
+        answer: Arc<Mutex<Policy>>,
+        reply: impl Fn(usize) -> Option<Reply> + Send + Sync + 'static,
+    ) -> Reloads {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let posts: Arc<Mutex<Vec<Post>>> = Arc::default();
-        let answer = Arc::new(Mutex::new(Policy {
-            status: 200,
-            delay,
-            failures: 0,
-            failure: 500,
-        }));
         let watched: Vec<PathBuf> = watched.iter().map(|p| p.to_path_buf()).collect();
-        let (recorded, answers) = (posts.clone(), answer.clone());
+        let (recorded, reply) = (posts.clone(), Arc::new(reply));
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
-                let (recorded, watched, answers) =
-                    (recorded.clone(), watched.clone(), answers.clone());
+                let (recorded, watched, reply) = (recorded.clone(), watched.clone(), reply.clone());
                 tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
+                    let Some(head) = super::read_head(&mut stream).await else {
+                        return;
+                    };
                     let existed = watched.iter().map(|p| p.exists()).collect();
                     let at = Instant::now();
                     let text = String::from_utf8_lossy(&head);
                     let mut first = text.split_whitespace();
                     let method = first.next().unwrap_or_default().to_owned();
                     let path = first.next().unwrap_or_default().to_owned();
-                    let (status, delay) = {
-                        let mut answer = answers.lock().unwrap();
-                        if answer.failures > 0 {
-                            answer.failures -= 1;
-                            (answer.failure, answer.delay)
-                        } else {
-                            (answer.status, answer.delay)
+                    let reply = {
+                        let mut recorded = recorded.lock().unwrap();
+                        let reply = reply(recorded.len());
+                        recorded.push(Post {
+                            method,
+                            path,
+                            existed,
+                            at,
+                            status: reply.as_ref().map_or(0, |r| r.status),
+                        });
+                        reply
+                    };
+                    let Some(reply) = reply else {
+                        // Keep the connection until the client gives up.
+                        let mut buf = [0u8; 1024];
+                        while let Ok(n) = stream.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
                         }
+                        return;
                     };
-                    recorded.lock().unwrap().push(Post {
-                        method,
-                        path,
-                        existed,
-                        at,
-                        status,
-                    });
-                    tokio::time::sleep(delay).await;
-                    let reason = if status / 100 == 2 { "OK" } else { "Failed" };
-                    let body = if status / 100 == 2 {
-                        ""
-                    } else {
-                        "failed to reload config"
-                    };
-                    let _ = stream
-                        .write_all(
-                            format!(
-                                "HTTP/1.1 {status} {reason}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                                body.len()
-                            )
-                            .as_bytes(),
-                        )
-                        .await;
+                    tokio::time::sleep(reply.delay).await;
+                    let response = format!(
+                        "HTTP/1.1 {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{}",
+                        reply.line,
+                        reply.body.len(),
+                        reply.body
+                    );
+                    let _ = stream.write_all(response.as_bytes()).await;
                 });
             }
         });
@@ -464,87 +503,30 @@ impl Reloads {
     /// does.
     pub async fn start_scripted(watched: &[&Path], script: Vec<Answer>) -> Reloads {
         assert!(!script.is_empty(), "a script of at least one answer");
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let posts: Arc<Mutex<Vec<Post>>> = Arc::default();
-        let watched: Vec<PathBuf> = watched.iter().map(|p| p.to_path_buf()).collect();
-        let recorded = posts.clone();
-        let script = Arc::new(script);
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let (recorded, watched, script) =
-                    (recorded.clone(), watched.clone(), script.clone());
-                tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let existed = watched.iter().map(|p| p.exists()).collect();
-                    let text = String::from_utf8_lossy(&head);
-                    let mut first = text.split_whitespace();
-                    let method = first.next().unwrap_or_default().to_owned();
-                    let path = first.next().unwrap_or_default().to_owned();
-                    let at = Instant::now();
-                    let answer = {
-                        let mut recorded = recorded.lock().unwrap();
-                        let answer = script[recorded.len().min(script.len() - 1)].clone();
-                        let status = match &answer {
-                            Answer::Ok(_) => 200,
-                            Answer::Status(line, _) => line
-                                .split(' ')
-                                .next()
-                                .and_then(|s| s.parse().ok())
-                                .unwrap_or(0),
-                            Answer::Hang => 0,
-                        };
-                        recorded.push(Post {
-                            method,
-                            path,
-                            existed,
-                            at,
-                            status,
-                        });
-                        answer
-                    };
-                    let response = match answer {
-                        Answer::Ok(delay) => {
-                            tokio::time::sleep(delay).await;
-                            "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-                                .to_owned()
-                        }
-                        Answer::Status(status, body) => format!(
-                            "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                            body.len()
-                        ),
-                        Answer::Hang => {
-                            // Keep the connection until the client gives up.
-                            while let Ok(n) = stream.read(&mut buf).await {
-                                if n == 0 {
-                                    break;
-                                }
-                            }
-                            return;
-                        }
-                    };
-                    let _ = stream.write_all(response.as_bytes()).await;
-                });
-            }
-        });
         // The script decides; set_answer and fail_next do not apply.
-        let answer = Arc::new(Mutex::new(Policy {
-            status: 200,
-            delay: Duration::ZERO,
-            failures: 0,
-            failure: 500,
-        }));
-        Reloads {
-            addr,
-            posts,
-            answer,
-        }
+        Self::serve(
+            watched,
+            Policy::ok_after(Duration::ZERO),
+            move |n| match script[n.min(script.len() - 1)] {
+                Answer::Ok(delay) => Some(Reply {
+                    status: 200,
+                    line: "200 OK".to_owned(),
+                    body: "",
+                    delay,
+                }),
+                Answer::Status(line, body) => Some(Reply {
+                    status: line
+                        .split(' ')
+                        .next()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0),
+                    line: line.to_owned(),
+                    body,
+                    delay: Duration::ZERO,
+                }),
+                Answer::Hang => None,
+            },
+        )
+        .await
     }
 }

@@ -150,6 +150,14 @@ impl GateClient {
         self.exit.is_none()
     }
 
+    /// SIGTERM, as the kubelet stops a container: it must exit 0 within
+    /// `timeout`.
+    pub async fn terminate_cleanly(&mut self, timeout: Duration) {
+        self.signal(libc::SIGTERM);
+        let code = self.exit_code(timeout).await;
+        assert_eq!(code, 0, "{} after SIGTERM: {}", self.name, self.stderr());
+    }
+
     /// The exit code of a client expected to end within `timeout`.
     pub async fn exit_code(&mut self, timeout: Duration) -> i32 {
         let (status, _) = self.wait_exit(timeout).await.unwrap_or_else(|| {
@@ -183,7 +191,20 @@ impl Drop for GateClient {
 /// `leader-gate exec --url URL --grace 2s -- sh -c SCRIPT` as pod `name`:
 /// the child appends to `log` (see [`ChildLog`]).
 pub fn spawn_exec(dir: &Path, name: &str, url: &str, log: &Path, script: &str) -> GateClient {
-    GateClient::spawn(
+    spawn_exec_under(&[], dir, name, url, log, script)
+}
+
+/// [`spawn_exec`] under `wrapper` (see [`GateClient::spawn_under`]).
+pub fn spawn_exec_under(
+    wrapper: &[&str],
+    dir: &Path,
+    name: &str,
+    url: &str,
+    log: &Path,
+    script: &str,
+) -> GateClient {
+    GateClient::spawn_under(
+        wrapper,
         dir,
         &format!("exec-{name}"),
         &[

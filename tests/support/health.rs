@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 pub struct HealthEndpoint {
@@ -29,13 +29,8 @@ impl HealthEndpoint {
                 let (current, log) = (current.clone(), log.clone());
                 tokio::spawn(async move {
                     // One request per connection: read its head, answer, close.
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match socket.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
+                    if super::read_head(&mut socket).await.is_none() {
+                        return;
                     }
                     let status = current.load(Ordering::SeqCst);
                     log.lock().unwrap().push((Instant::now(), status));

@@ -275,6 +275,18 @@ pub struct Violation {
     pub detail: String,
 }
 
+impl Violation {
+    /// `[rule] at +1.234s: detail`, the instant relative to `origin`.
+    pub fn line(&self, origin: Instant) -> String {
+        format!(
+            "[{}] at {}: {}",
+            self.rule,
+            rel(origin, self.at),
+            self.detail
+        )
+    }
+}
+
 /// A leaderless stretch of fault-free time.
 #[derive(Clone, Copy, Debug)]
 pub struct Stretch {
@@ -1251,13 +1263,7 @@ pub fn failure_report(history: &History, verdict: &Verdict, bounds: &Bounds) -> 
         history.seed
     );
     for v in &verdict.violations {
-        let _ = writeln!(
-            out,
-            "  [{}] at {}: {}",
-            v.rule,
-            rel(history.origin, v.at),
-            v.detail
-        );
+        let _ = writeln!(out, "  {}", v.line(history.origin));
     }
     let mut shown: Vec<Instant> = Vec::new();
     let window = bounds.max_gap();

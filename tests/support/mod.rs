@@ -1,11 +1,14 @@
 //! Test support shared by the integration tests: a fake Kubernetes Lease API
-//! server, helpers that run real `leader-gate` processes against it, and a
-//! real Prometheus as a collector.
+//! server, helpers that run real `leader-gate` processes against it (pods
+//! with gates, the chaos harness and its history checker), and a real
+//! Prometheus as a collector.
 
+pub mod chaos;
 pub mod events;
 pub mod fake_apiserver;
 pub mod file_gate;
 pub mod gate_clients;
+pub mod gate_pods;
 pub mod health;
 pub mod history;
 pub mod monitor;
@@ -13,6 +16,22 @@ pub mod process;
 pub mod prometheus;
 pub mod proxy;
 pub mod sidecar;
+
+/// Reads the head of one HTTP request (up to its blank line, and what came
+/// with it), as the tests' stand-ins for a collector do; `None` when the
+/// peer closed or failed first.
+pub async fn read_head(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(head)
+}
 
 /// Raises this process's open-file limit to `wanted` (or the hard limit), for
 /// tests and benchmarks that open a thousand connections.

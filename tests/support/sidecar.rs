@@ -32,6 +32,14 @@ impl Timing {
         retry: Duration::from_millis(1000),
     };
 
+    /// For gates: the margin (lease − renew deadline = 3 s) covers `exec
+    /// --grace 2s`, as the README asks, and a gate lag of seconds.
+    pub const GATES: Timing = Timing {
+        lease: Duration::from_secs(6),
+        renew_deadline: Duration::from_secs(3),
+        retry: Duration::from_secs(1),
+    };
+
     fn args(&self) -> Vec<String> {
         vec![
             "--lease-duration".into(),
@@ -162,6 +170,45 @@ impl Sidecar {
         )
     }
 
+    /// [`Sidecar::spawn_with`] for each name, every one serving when this
+    /// returns.
+    pub async fn spawn_serving(
+        api: &FakeApiServer,
+        dir: &Path,
+        names: &[&str],
+        timing: Timing,
+        extra: &[&str],
+    ) -> Vec<Sidecar> {
+        let sidecars: Vec<Sidecar> = names
+            .iter()
+            .map(|name| Self::spawn_with(api, dir, name, timing, extra))
+            .collect();
+        for sidecar in &sidecars {
+            sidecar.wait_serving().await;
+        }
+        sidecars
+    }
+
+    /// [`Sidecar::spawn_with`] with a gate socket, `<dir>/run/gate.sock`
+    /// (returned), before `extra`.
+    pub fn spawn_with_socket(
+        api: &FakeApiServer,
+        dir: &Path,
+        name: &str,
+        timing: Timing,
+        extra: &[&str],
+    ) -> (Sidecar, PathBuf) {
+        let run = dir.join("run");
+        std::fs::create_dir_all(&run).expect("create the socket's directory");
+        let socket = run.join("gate.sock");
+        let flags = [
+            &["--gate-socket", socket.to_str().expect("a UTF-8 path")][..],
+            extra,
+        ]
+        .concat();
+        (Self::spawn_with(api, dir, name, timing, &flags), socket)
+    }
+
     /// Like [`Sidecar::spawn_with`], logging to `<dir>/<log_name>` (a
     /// restarted candidate keeps the log of its previous incarnation).
     pub fn spawn_logged(
@@ -255,6 +302,14 @@ impl Sidecar {
     /// Waits until `/leader` answers 200.
     pub async fn wait_leading(&self, timeout: Duration) -> Probe {
         self.wait_for(timeout, Probe::leading).await
+    }
+
+    /// Waits until the process serves, then until it leads (within
+    /// `timeout`): its term.
+    pub async fn wait_term(&self, timeout: Duration) -> String {
+        self.wait_serving().await;
+        let leading = self.wait_leading(timeout).await;
+        leading.term().expect("a term").to_owned()
     }
 
     /// Waits until `/leader` answers something for which `pred` holds.
