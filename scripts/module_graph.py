@@ -255,8 +255,9 @@ def name(mod):
 
 
 def drawing(nodes, edges):
-    """Floors top down; under each module what it imports: rooms of its own
-    side by their path in it, other sides by their name alone."""
+    """Floors top down; under each module the rooms of its own side it
+    imports (by their path in the side), and once per side the rooms of
+    other floors it imports."""
     lines = []
     for i in reversed(range(len(FLOORS))):
         rooms = FLOORS[i]
@@ -265,14 +266,11 @@ def drawing(nodes, edges):
             continue
         lines.append(f"floor {i}: {', '.join(r for r in rooms if any(m[0] == r for m in members))}")
         for m in members:
-            own, other = [], []
-            for t in sorted(edges.get(m, ())):
-                if t[0] == m[0] and len(m) > 1:
-                    own.append("::".join(t[1:]))
-                elif t[0] not in other:
-                    other.append(t[0])
-            targets = own + other
-            arrow = " → " + ", ".join(targets) if targets else ""
+            own = sorted("::".join(t[1:]) for t in edges.get(m, ()) if t[0] == m[0] and len(m) > 1)
+            if len(m) == 1:
+                below = sorted({t[0] for n in members if n[0] == m[0] for t in edges.get(n, ()) if t[0] != m[0]})
+                own = [f"(below: {', '.join(below)})"] if below else []
+            arrow = " → " + ", ".join(own) if own else ""
             lines.append(f"  {'  ' * (len(m) - 1)}{m[-1]}{arrow}")
     return "\n".join(lines)
 
