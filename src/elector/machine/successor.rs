@@ -4,8 +4,7 @@
 //! - `leader-gate.dev/successor: <identity>` names the follower that takes a
 //!   released Lease at once, and an expired one at expiry without the
 //!   spread. Everyone else waits a fallback delay, long enough for the
-//!   successor's write to reach them on the watch (DESIGN "Named
-//!   successor"). The slot is claimed by one follower with a CAS PUT, spread
+//!   successor's write to reach them on the watch. The slot is claimed by one follower with a CAS PUT, spread
 //!   over a claim window so that conflicts stay O(1) with thousands of
 //!   candidates; an acquisition empties it; a successor that stops (SIGTERM,
 //!   an unhealthy collector) clears its own name.
@@ -15,8 +14,22 @@
 //!   release naming that identity as the successor.
 //!
 //! Neither annotation is part of [`Lease::content`]: a claim or a request
-//! does not restart the followers' expiry clocks (G3). A successor is never
+//! does not restart the followers' expiry clocks (G3; the view keeps the
+//! newer object to write from). A successor is never
 //! trusted with anything: it leads only after its own acquisition (G7).
+//!
+//! How it runs: `successor_turn` comes in `handle` before `next_request`;
+//! `acquisition_delay` and `late_draw` time the attempts, `release()`
+//! names the successor, `acquired()`/`on_acquired` empty the slot. A claim
+//! (purpose `Successor`) PUTs the last object with only the annotation
+//! changed and is not remembered as an own write. A hand-over request makes
+//! the leader step down, then send the marked release naming the target and
+//! clearing `handover-to` after the gate lag. A renew answered 409 because a
+//! claim or request landed takes the conflict path (the watch delivers the
+//! new object, `conflict_at` clears, `renew_at` has not advanced) and goes
+//! again at once. Property tests (`tests/properties.rs`) run three
+//! candidates with claims, stale successors, hand-over requests, preferred
+//! holders and crashes in any order.
 
 use std::time::Duration;
 
