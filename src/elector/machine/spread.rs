@@ -27,6 +27,19 @@
 //! Every rebalancing step moves one surplus Lease to a pod that held none,
 //! with the successor's claim, the release and the acquisition: O(1)
 //! writes, and never a herd.
+//!
+//! `src/serve/spreading.rs` drives it: a coordinator computes [`spread_of`]
+//! and tells each [`Election`] (`Input::Spread`) what the process holds and
+//! whether this Lease is surplus; a surplus Lease's leader steps down with
+//! `StopReason::Rebalance` through the hand-over path. The group simulation
+//! (`tests/spread_group.rs`: pods with an [`Election`] per Lease against a
+//! CAS model server, gate lags of 0, 1 or 4 s, random crashes and joins)
+//! shows no Lease ever with two leaders; within 90 s of the last change
+//! every Lease led and, with at least as many pods as Leases, no pod leading
+//! two, and staying so; a pod joining one that holds two of three Leases
+//! taking one within 4 s (claim window 4 s) with 5 writes beside the
+//! renews; one joining a pod holding all three (gate lag 4 s) taking
+//! exactly one, for 40 seeds.
 
 use std::time::Duration;
 
