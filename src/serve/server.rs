@@ -36,6 +36,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -149,36 +150,39 @@ impl From<UnixListener> for Listener {
     }
 }
 
-/// An accepted connection of either kind.
-enum Accepted {
-    Tcp(TcpStream, SocketAddr),
-    Unix(UnixStream),
-}
-
 impl Listener {
-    async fn accept(&self) -> io::Result<Accepted> {
+    async fn accept(&self) -> io::Result<(Stream, Peer)> {
         match self {
             Self::Tcp(listener) => listener
                 .accept()
                 .await
-                .map(|(stream, peer)| Accepted::Tcp(stream, peer)),
+                .map(|(stream, peer)| (Stream::Tcp(stream), Peer::Network(peer))),
             Self::Unix(listener) => listener
                 .accept()
                 .await
-                .map(|(stream, _)| Accepted::Unix(stream)),
+                .map(|(stream, _)| (Stream::Unix(stream), Peer::UnixSocket)),
         }
     }
 }
 
 /// Serves `router` on `listener` until `shutdown`, then lets open requests
 /// finish (event streams end on the same token).
-pub async fn serve(
+pub fn serve(
     listener: impl Into<Listener>,
     router: Router,
     shutdown: CancellationToken,
     limits: Limits,
+) -> impl Future<Output = io::Result<()>> + Send {
+    // One future type for both kinds of listener (see [`Stream`]).
+    serve_listener(listener.into(), router, shutdown, limits)
+}
+
+async fn serve_listener(
+    listener: Listener,
+    router: Router,
+    shutdown: CancellationToken,
+    limits: Limits,
 ) -> io::Result<()> {
-    let listener = listener.into();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         // A client may shut its sending side once its request is written
@@ -197,7 +201,7 @@ pub async fn serve(
     let table = &listener_state.table;
     let mut connections = JoinSet::new();
     loop {
-        let accepted = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 // EMFILE and friends: wait a little rather than spin.
@@ -211,27 +215,15 @@ pub async fn serve(
             Some(_) = connections.join_next() => continue,
         };
         let Some(slot) = table.admit(limits.max_connections) else {
-            drop(accepted); // every connection is serving a flowing answer
+            drop(stream); // every connection is serving a flowing answer
             continue;
         };
-        let (state, shutdown) = (listener_state.clone(), shutdown.clone());
-        match accepted {
-            Accepted::Tcp(stream, peer) => {
-                let _ = stream.set_nodelay(true);
-                limit_send_buffer(&stream);
-                connections.spawn(connection(
-                    stream,
-                    Peer::Network(peer),
-                    state,
-                    slot,
-                    shutdown,
-                ));
-            }
-            Accepted::Unix(stream) => {
-                limit_send_buffer(&stream);
-                connections.spawn(connection(stream, Peer::UnixSocket, state, slot, shutdown));
-            }
+        if let Stream::Tcp(tcp) = &stream {
+            let _ = tcp.set_nodelay(true);
         }
+        limit_send_buffer(&stream);
+        let (state, shutdown) = (listener_state.clone(), shutdown.clone());
+        connections.spawn(connection(stream, peer, state, slot, shutdown));
     }
     drop(listener);
     while connections.join_next().await.is_some() {}
@@ -240,7 +232,7 @@ pub async fn serve(
 
 /// Fixes the socket's send buffer at [`SEND_BUFFER`], so that the kernel
 /// does not grow it (up to 4 MiB by default) for a client that does not read.
-fn limit_send_buffer(stream: &impl std::os::fd::AsRawFd) {
+fn limit_send_buffer(stream: &impl AsRawFd) {
     let size = SEND_BUFFER as libc::c_int;
     // SAFETY: a valid socket, and a pointer to an int of the length given.
     unsafe {
@@ -266,8 +258,8 @@ struct Shared {
 type Answer = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
 /// One connection, from its admission to its close.
-async fn connection<S: Socket>(
-    stream: S,
+async fn connection(
+    stream: Stream,
     peer: Peer,
     shared: Arc<Shared>,
     slot: Arc<Slot>,
@@ -349,14 +341,14 @@ async fn connection<S: Socket>(
                 Pin::new(&mut connection).graceful_shutdown();
                 stopping = true;
             }
-            () = client_closed(&*stream), if !slot.read_closed.is_cancelled() => {
+            () = client_closed(&stream), if !slot.read_closed.is_cancelled() => {
                 slot.read_closed.cancel();
             }
         }
     };
     drop(connection);
     if finished {
-        linger(&*stream, &slot.evicted, &shutdown).await;
+        linger(&stream, &slot.evicted, &shutdown).await;
     }
     table.release(&slot);
 }
@@ -397,7 +389,7 @@ async fn without_body(request: Request<Incoming>) -> Result<Request<Body>, Respo
 /// answers a request from a client that may have only half-closed. Input
 /// that waits unread is hyper's to read (and its readiness hyper's to
 /// clear), so then this only looks again a little later.
-async fn client_closed(stream: &impl Socket) {
+async fn client_closed(stream: &Stream) {
     // From 100 ms, doubling to a second while input stays unread (a client
     // pipelining requests it does not read the answers of).
     let mut again = Duration::from_millis(100);
@@ -414,7 +406,7 @@ async fn client_closed(stream: &impl Socket) {
 }
 
 /// Shuts the socket's sending side (a FIN after what was written).
-fn shutdown_write(stream: &impl std::os::fd::AsRawFd) -> io::Result<()> {
+fn shutdown_write(stream: &impl AsRawFd) -> io::Result<()> {
     // SAFETY: shutdown(2) on a socket we own.
     if unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_WR) } != 0 {
         return Err(io::Error::last_os_error());
@@ -426,7 +418,7 @@ fn shutdown_write(stream: &impl std::os::fd::AsRawFd) -> io::Result<()> {
 /// sends (a body that was not read, pipelined requests) until it closes
 /// too, for at most [`LINGER`] and [`LINGER_BYTES`]: closing a socket with
 /// unread input sends a reset, which may destroy the answer in flight.
-async fn linger(stream: &impl Socket, evicted: &CancellationToken, shutdown: &CancellationToken) {
+async fn linger(stream: &Stream, evicted: &CancellationToken, shutdown: &CancellationToken) {
     if shutdown_write(stream).is_err() {
         return;
     }
@@ -585,8 +577,8 @@ impl hyper::body::Body for Tracked {
 /// A socket whose writes fail once one has been pending for `limit`; while
 /// one is pending, its slot says since when (the eviction order). It shares
 /// the socket with the connection's [`client_closed`] watch.
-struct WriteTimeout<S> {
-    stream: Arc<S>,
+struct WriteTimeout {
+    stream: Arc<Stream>,
     limit: Duration,
     slot: Arc<Slot>,
     /// The table's, from which stalls are counted.
@@ -595,8 +587,8 @@ struct WriteTimeout<S> {
     stalled: Option<(Instant, Pin<Box<Sleep>>)>,
 }
 
-impl<S> WriteTimeout<S> {
-    fn new(stream: Arc<S>, limit: Duration, slot: Arc<Slot>, epoch: Instant) -> Self {
+impl WriteTimeout {
+    fn new(stream: Arc<Stream>, limit: Duration, slot: Arc<Slot>, epoch: Instant) -> Self {
         Self {
             stream,
             limit,
@@ -631,7 +623,7 @@ impl<S> WriteTimeout<S> {
     }
 }
 
-impl<S: Socket> AsyncRead for WriteTimeout<S> {
+impl AsyncRead for WriteTimeout {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -639,25 +631,49 @@ impl<S: Socket> AsyncRead for WriteTimeout<S> {
     ) -> Poll<io::Result<()>> {
         loop {
             ready!(self.stream.poll_read_ready(cx))?;
-            match self.stream.try_read(buf.initialize_unfilled()) {
-                Ok(n) => {
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
-                }
+            match recv_into(&self.stream, buf, 0) {
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(error) => return Poll::Ready(Err(error)),
+                result => return Poll::Ready(result.map(drop)),
             }
         }
     }
 }
 
-impl<S: Socket> AsyncWrite for WriteTimeout<S> {
+/// One recv(2) with `flags` into the unfilled part of `buf`, as it is: hyper
+/// reads into an 8 KiB buffer per connection that a request head barely
+/// starts to fill, and zeroing it first (`ReadBuf::initialize_unfilled`)
+/// would make the whole of it resident, 4 KiB more per open connection (an
+/// `/events` subscriber holds its connection's buffer for as long as it
+/// stays). `Ok(0)` at the end of the stream.
+fn recv_into(stream: &Stream, buf: &mut ReadBuf<'_>, flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: the bytes are only written, by recv(2), never de-initialized.
+    let unfilled = unsafe { buf.unfilled_mut() };
+    let n = stream.try_io(Interest::READABLE, || {
+        // SAFETY: recv(2) into the unfilled part, of the length given, on
+        // a socket we own.
+        let n = unsafe {
+            libc::recv(
+                stream.as_raw_fd(),
+                unfilled.as_mut_ptr().cast(),
+                unfilled.len(),
+                flags,
+            )
+        };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    })?;
+    // SAFETY: recv(2) wrote the first `n` bytes of the unfilled part.
+    unsafe { buf.assume_init(n) };
+    buf.advance(n);
+    Ok(n)
+}
+
+impl AsyncWrite for WriteTimeout {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let result = poll_write_with(&*self.stream, cx, |stream| stream.try_write(buf));
+        let result = poll_write_with(&self.stream, cx, |stream| stream.try_write(buf));
         self.poll_progress(cx, result)
     }
 
@@ -666,7 +682,7 @@ impl<S: Socket> AsyncWrite for WriteTimeout<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let result = poll_write_with(&*self.stream, cx, |stream| stream.try_write_vectored(bufs));
+        let result = poll_write_with(&self.stream, cx, |stream| stream.try_write_vectored(bufs));
         self.poll_progress(cx, result)
     }
 
@@ -684,10 +700,10 @@ impl<S: Socket> AsyncWrite for WriteTimeout<S> {
 }
 
 /// One write through a shared socket, waiting for it to accept one.
-fn poll_write_with<S: Socket>(
-    stream: &S,
+fn poll_write_with(
+    stream: &Stream,
     cx: &mut Context<'_>,
-    mut write: impl FnMut(&S) -> io::Result<usize>,
+    mut write: impl FnMut(&Stream) -> io::Result<usize>,
 ) -> Poll<io::Result<usize>> {
     loop {
         ready!(stream.poll_write_ready(cx))?;
@@ -700,79 +716,72 @@ fn poll_write_with<S: Socket>(
 
 // === the sockets served ===
 
-/// What the server needs of a stream socket: TCP and Unix alike.
-trait Socket: std::os::fd::AsRawFd + Send + Sync + 'static {
-    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
-    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
-    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize>;
-    fn try_write(&self, buf: &[u8]) -> io::Result<usize>;
-    fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize>;
-    fn ready(&self, interest: Interest) -> impl Future<Output = io::Result<Ready>> + Send;
-    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send;
-    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
+/// An accepted socket, TCP or Unix, as one type rather than a type
+/// parameter: hyper's connection code, most of the server's, is then
+/// compiled once and not once per kind of socket (the binary's code pages
+/// are most of the sidecar's resident memory).
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
 }
 
-macro_rules! impl_socket {
-    ($stream:ty) => {
-        impl Socket for $stream {
-            fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                <$stream>::poll_read_ready(self, cx)
-            }
-            fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                <$stream>::poll_write_ready(self, cx)
-            }
-            fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
-                <$stream>::try_read(self, buf)
-            }
-            fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-                <$stream>::try_write(self, buf)
-            }
-            fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-                <$stream>::try_write_vectored(self, bufs)
-            }
-            fn ready(&self, interest: Interest) -> impl Future<Output = io::Result<Ready>> + Send {
-                <$stream>::ready(self, interest)
-            }
-            fn readable(&self) -> impl Future<Output = io::Result<()>> + Send {
-                <$stream>::readable(self)
-            }
-            fn try_io<R>(
-                &self,
-                interest: Interest,
-                f: impl FnOnce() -> io::Result<R>,
-            ) -> io::Result<R> {
-                <$stream>::try_io(self, interest, f)
-            }
+/// `$body` with `$s` bound to the socket, whichever its kind.
+macro_rules! either {
+    ($stream:expr, $s:ident => $body:expr) => {
+        match $stream {
+            Stream::Tcp($s) => $body,
+            Stream::Unix($s) => $body,
         }
     };
 }
-impl_socket!(TcpStream);
-impl_socket!(UnixStream);
+
+impl Stream {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        either!(self, s => s.poll_read_ready(cx))
+    }
+
+    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        either!(self, s => s.poll_write_ready(cx))
+    }
+
+    fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        either!(self, s => s.try_read(buf))
+    }
+
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        either!(self, s => s.try_write(buf))
+    }
+
+    fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        either!(self, s => s.try_write_vectored(bufs))
+    }
+
+    async fn ready(&self, interest: Interest) -> io::Result<Ready> {
+        either!(self, s => s.ready(interest).await)
+    }
+
+    async fn readable(&self) -> io::Result<()> {
+        either!(self, s => s.readable().await)
+    }
+
+    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        either!(self, s => s.try_io(interest, f))
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        either!(self, s => s.as_raw_fd())
+    }
+}
 
 /// Waits until at least one byte can be read and copies it to `buf`
 /// without consuming it (`MSG_PEEK`: Unix streams have no `peek` of their
 /// own). Resolves `Ok(0)` at the end of the stream.
-async fn peek(stream: &impl Socket, buf: &mut [u8]) -> io::Result<usize> {
+async fn peek(stream: &Stream, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         stream.readable().await?;
-        let peeked = stream.try_io(Interest::READABLE, || {
-            // SAFETY: recv(2) into a buffer of the length given, on a socket
-            // we own.
-            let n = unsafe {
-                libc::recv(
-                    stream.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_PEEK,
-                )
-            };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
-        });
-        match peeked {
+        match recv_into(stream, &mut ReadBuf::new(buf), libc::MSG_PEEK) {
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
             result => return result,
         }
