@@ -222,7 +222,33 @@ const LATE_SKEW: f64 = 10.0;
 /// (`every_hand_over_path_costs_at_most_5_conflicts_at_5000_candidates`):
 /// 0.6 on average and 2 at worst (the cube root: 10 at worst).
 pub(super) fn late_draw(window: Duration, rng: &mut fastrand::Rng) -> Duration {
-    window.mul_f64((rng.f64() * LATE_SKEW.exp_m1()).ln_1p() / LATE_SKEW)
+    window.mul_f64(ln_from_one(1.0 + rng.f64() * LATE_SKEW_EXP_M1) / LATE_SKEW)
+}
+
+/// `e^LATE_SKEW - 1`, written out: `f64::exp_m1` and `ln_1p` are libm's, and
+/// linking libm.so for this one draw cost an idle sidecar 328 KiB resident.
+const LATE_SKEW_EXP_M1: f64 = 22_025.465_794_806_718;
+
+/// The natural logarithm of `y >= 1`, without libm: `y = m 2^k` with `m` in
+/// `[1, 2)`, `ln y = k ln 2 + 2 atanh((m - 1) / (m + 1))`, the series of
+/// atanh summed until its terms no longer change the sum (`z < 1/3`: at
+/// most about 20 terms).
+fn ln_from_one(y: f64) -> f64 {
+    debug_assert!((1.0..f64::MAX).contains(&y), "{y}");
+    let bits = y.to_bits();
+    let k = ((bits >> 52) & 0x7ff) as i64 - 1023;
+    let m = f64::from_bits((bits & ((1 << 52) - 1)) | (1023 << 52));
+    let z = (m - 1.0) / (m + 1.0);
+    let (z2, mut power, mut sum) = (z * z, z, 0.0_f64);
+    for n in 0..40 {
+        let next = sum + power / f64::from(2 * n + 1);
+        if next == sum {
+            break;
+        }
+        sum = next;
+        power *= z2;
+    }
+    k as f64 * std::f64::consts::LN_2 + 2.0 * sum
 }
 
 // === impl Election ===
@@ -371,5 +397,33 @@ impl Election {
             set_annotation(object, SUCCESSOR_ANNOTATION, Some(&target));
         }
         set_annotation(object, HANDOVER_ANNOTATION, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_late_draw_needs_no_libm_and_draws_as_exp_m1_and_ln_1p_would() {
+        assert_eq!(LATE_SKEW_EXP_M1, LATE_SKEW.exp_m1());
+        let mut rng = fastrand::Rng::with_seed(7);
+        for y in (0..20_000)
+            .map(|_| 1.0 + rng.f64() * LATE_SKEW_EXP_M1)
+            .chain([1.0, 1.5, 2.0, std::f64::consts::E, 1e-300 + 1.0, 1e12])
+        {
+            let (ours, libm) = (ln_from_one(y), y.ln());
+            assert!(
+                (ours - libm).abs() <= 4.0 * f64::EPSILON * libm.max(1.0),
+                "ln({y}): {ours} against {libm}"
+            );
+        }
+        let window = Duration::from_secs(1);
+        let (mut a, mut b) = (fastrand::Rng::with_seed(3), fastrand::Rng::with_seed(3));
+        for _ in 0..1_000 {
+            let ours = late_draw(window, &mut a);
+            let libm = window.mul_f64((b.f64() * LATE_SKEW.exp_m1()).ln_1p() / LATE_SKEW);
+            assert!(ours.abs_diff(libm) <= Duration::from_nanos(2), "{ours:?} {libm:?}");
+        }
     }
 }
