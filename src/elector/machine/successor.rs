@@ -423,7 +423,10 @@ mod tests {
         for _ in 0..1_000 {
             let ours = late_draw(window, &mut a);
             let libm = window.mul_f64((b.f64() * LATE_SKEW.exp_m1()).ln_1p() / LATE_SKEW);
-            assert!(ours.abs_diff(libm) <= Duration::from_nanos(2), "{ours:?} {libm:?}");
+            assert!(
+                ours.abs_diff(libm) <= Duration::from_nanos(2),
+                "{ours:?} {libm:?}"
+            );
         }
     }
 }
