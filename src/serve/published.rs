@@ -331,6 +331,37 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn the_release_waits_until_a_gate_acknowledged_the_term_that_ended() {
+        use futures::FutureExt;
+
+        use crate::elector::driver::Outlet;
+        use crate::elector::lease::TermId;
+        use crate::serve::gate_acks::{Ack, GateAcks};
+        let events = EventLog::new("me", LeaseLabel::alone("ns", "l"), 8, 8);
+        let metrics = Arc::new(Metrics::new("ns", "l"));
+        let gate_acks = GateAcks::new(8);
+        let (publisher, _rx) = Publisher::new(events, metrics);
+        let publisher = publisher.with_gate_acks(gate_acks.clone());
+        let _registration = gate_acks.register("exec-1", false).unwrap();
+        publisher.publish(&Snapshot {
+            term: Some(TermId::new(Some("uid"), 1)),
+            ..snapshot(true, Some("me"))
+        });
+        publisher.publish(&snapshot(false, None));
+        let mut closed = publisher.gates_closed();
+        assert_eq!(gate_acks.acknowledge("exec-1", "uid/0"), Ack::OtherTerm);
+        assert!(
+            (&mut closed).now_or_never().is_none(),
+            "another term's ack counted"
+        );
+        assert_eq!(publisher.gates_still_open(), ["exec-1"]);
+        assert_eq!(gate_acks.acknowledge("exec-1", "uid/1"), Ack::Counted);
+        tokio::time::timeout(Duration::from_secs(1), closed)
+            .await
+            .expect("the ended term's ack lets the release go");
+    }
+
     #[test]
     fn the_last_ended_term_is_published_until_another_ends() {
         use crate::elector::lease::TermId;

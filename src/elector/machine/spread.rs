@@ -32,7 +32,7 @@
 //! and tells each [`Election`] (`Input::Spread`) what the process holds and
 //! whether this Lease is surplus; a surplus Lease's leader steps down with
 //! `StopReason::Rebalance` through the hand-over path. The group simulation
-//! (`tests/spread_group.rs`: pods with an [`Election`] per Lease against a
+//! (`machine/tests/spread_group.rs`: pods with an [`Election`] per Lease against a
 //! CAS model server, gate lags of 0, 1 or 4 s, random crashes and joins)
 //! shows no Lease ever with two leaders; within 90 s of the last change
 //! every Lease led and, with at least as many pods as Leases, no pod leading

@@ -6,8 +6,9 @@
 //!   spread. Everyone else waits a fallback delay, long enough for the
 //!   successor's write to reach them on the watch. The slot is claimed by
 //!   one follower with a CAS PUT, spread over a claim window so that
-//!   conflicts stay O(1) with thousands of candidates; an acquisition empties it; a successor that stops (SIGTERM,
-//!   an unhealthy collector) clears its own name.
+//!   conflicts stay O(1) with thousands of candidates; an acquisition
+//!   empties it; a successor that stops (SIGTERM, an unhealthy collector)
+//!   clears its own name.
 //! - `leader-gate.dev/handover-to: <identity>` (written by `leader-gate
 //!   handover`), or `spec.preferredHolder` where the API server keeps it,
 //!   asks the holder to step down ([`StopReason::HandoverRequested`]) and to
@@ -27,7 +28,7 @@
 //! clearing `handover-to` after the gate lag. A renew answered 409 because a
 //! claim or request landed takes the conflict path (the watch delivers the
 //! new object, `conflict_at` clears, `renew_at` has not advanced) and goes
-//! again at once. Property tests (`tests/properties.rs`) run three
+//! again at once. Property tests (`machine/tests/properties.rs`) run three
 //! candidates with claims, stale successors, hand-over requests, preferred
 //! holders and crashes in any order.
 
@@ -214,11 +215,11 @@ const LATE_SKEW: f64 = 10.0;
 /// the window's end, `e^(λ x / window)` with λ = 10 (so 1 in 22,000 draws
 /// lands in the first tenth). Only the attempts sent before the first
 /// reached them on the watch conflict; with a density this thin at the
-/// start, the first of N attempts lands alone. At 5,000 candidates, a watch fan-out of 10–50 ms and
-/// a 1 s window (retry 2 s), about 0.4 conflicts per hand-over (a uniform
-/// draw: about 86; the cube root of one: 2.6), and the first attempt
-/// 0.2 s in; with 3 candidates it comes about 0.85 of the window in. Over
-/// 40 simulated hand-overs
+/// start, the first of N attempts lands alone. At 5,000 candidates, a
+/// watch fan-out of 10–50 ms and a 1 s window (retry 2 s), about 0.4
+/// conflicts per hand-over (a uniform draw: about 86; the cube root of one:
+/// 2.6), and the first attempt 0.2 s in; with 3 candidates it comes about
+/// 0.85 of the window in. Over 40 simulated hand-overs
 /// (`every_hand_over_path_costs_at_most_5_conflicts_at_5000_candidates`):
 /// 0.6 on average and 2 at worst (the cube root: 10 at worst).
 pub(super) fn late_draw(window: Duration, rng: &mut fastrand::Rng) -> Duration {
@@ -410,7 +411,14 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(7);
         for y in (0..20_000)
             .map(|_| 1.0 + rng.f64() * LATE_SKEW_EXP_M1)
-            .chain([1.0, 1.5, 2.0, std::f64::consts::E, 1e-300 + 1.0, 1e12])
+            .chain([
+                1.0,
+                f64::from_bits(1f64.to_bits() + 1),
+                1.5,
+                2.0,
+                std::f64::consts::E,
+            ])
+            .chain([1.0 + LATE_SKEW_EXP_M1, 1e12])
         {
             let (ours, libm) = (ln_from_one(y), y.ln());
             assert!(
