@@ -254,10 +254,15 @@ def name(mod):
     return "::".join(mod) if mod else "crate"
 
 
+def is_test(mod):
+    """A test module (`tests`, `properties`, or inside one)."""
+    return any(part in ("tests", "properties") for part in mod)
+
+
 def drawing(nodes, edges):
     """Floors top down; under each module the rooms of its own side it
     imports (by their path in the side), and once per side the rooms of
-    other floors it imports."""
+    other floors it imports. Test modules are checked, not drawn."""
     lines = []
     for i in reversed(range(len(FLOORS))):
         rooms = FLOORS[i]
@@ -266,6 +271,8 @@ def drawing(nodes, edges):
             continue
         lines.append(f"floor {i}: {', '.join(r for r in rooms if any(m[0] == r for m in members))}")
         for m in members:
+            if is_test(m):
+                continue
             own = sorted("::".join(t[1:]) for t in edges.get(m, ()) if t[0] == m[0] and len(m) > 1)
             if len(m) == 1:
                 below = sorted({t[0] for n in members if n[0] == m[0] for t in edges.get(n, ()) if t[0] != m[0]})
