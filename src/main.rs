@@ -95,10 +95,8 @@ async fn run_client(command: Command) -> ExitCode {
             };
             match exec::run(options).await {
                 Ok(code) => ExitCode::from(code),
-                Err(error) => {
-                    eprintln!("leader-gate exec: {error}");
-                    ExitCode::from(error.exit_code())
-                }
+                // Said by exec itself, before it told the sidecar.
+                Err(error) => ExitCode::from(error.exit_code()),
             }
         }
         Command::Prestop(leader_gate::client::prestop::PrestopArgs {

@@ -46,7 +46,7 @@ use tokio::signal::unix::{Signal as UnixSignal, SignalKind, signal};
 use tokio::time::{Instant, sleep};
 
 use crate::args::{ConfigError, invalid};
-use crate::client::feed::Feed;
+use crate::client::feed::{Feed, Signal};
 use crate::client::place::Place;
 use crate::client::process_tree::{self, Tree};
 use crate::client::url::{ClientArgs, GateUrl};
@@ -129,14 +129,18 @@ pub enum ExecError {
     NoCommand,
     #[error("{0}: command not found")]
     NotFound(String),
+    /// The file is there, but the kernel would not run it.
+    #[error("cannot start {program}: {why}")]
+    CannotStart { program: String, why: String },
 }
 
 impl ExecError {
-    /// The exit code a shell would use.
+    /// The exit code: 127 for a command that cannot be run, found or not
+    /// (as `exec` always has; a crash loop to the kubelet either way).
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::NoCommand => 64,
-            Self::NotFound(_) => 127,
+            Self::NotFound(_) | Self::CannotStart { .. } => 127,
         }
     }
 }
@@ -161,11 +165,25 @@ struct Stopping {
 }
 
 /// Runs the gate until the child exits on its own (its status is returned
-/// as an exit code) or a SIGTERM/SIGINT stops it (0).
+/// as an exit code) or a SIGTERM/SIGINT stops it (0). An error was said
+/// in the log already, and the sidecar told that nothing of its term
+/// runs here.
 pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
-    let program = options.command.first().ok_or(ExecError::NoCommand)?;
-    resolve(Path::new(program))
-        .ok_or_else(|| ExecError::NotFound(program.to_string_lossy().into_owned()))?;
+    let Some(program) = options.command.first() else {
+        log(&ExecError::NoCommand.to_string());
+        return Err(ExecError::NoCommand);
+    };
+    if resolve(Path::new(program)).is_none() {
+        // Said at once, on followers too; and a leader's sidecar must hear
+        // that nothing of its term runs here, or it counts this gate as
+        // running for the whole crash loop (nothing ever started: true
+        // whether or not this gate could prove a tree gone).
+        let error = ExecError::NotFound(program.to_string_lossy().into_owned());
+        log(&error.to_string());
+        let mut feed = Feed::registered(options.url.clone(), "exec", true);
+        end_the_term_here(&mut feed, "the command is not found").await;
+        return Err(error);
+    }
     let mut signals = Signals::new();
     // A child exited (or stopped): time to reap.
     let mut sigchld = signal(SignalKind::child()).expect("SIGCHLD handler");
@@ -265,7 +283,17 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
                 if let Some(term) = valid_term {
                     unacknowledged = None;
                     said_waiting = false;
-                    running = Some(start(&options.command, term, feed.place())?);
+                    match start(&options.command, term.clone(), feed.place()) {
+                        Ok(run) => running = Some(run),
+                        Err(error) => {
+                            // Nothing of the term started, and exec exits:
+                            // the sidecar hears it as from a child that
+                            // exited, so a crash loop hands the Lease over.
+                            log(&error.to_string());
+                            acknowledge(&feed, &term).await;
+                            return Err(error);
+                        }
+                    }
                 } else if !said_waiting {
                     // Once per wait: a follower's exec is otherwise silent.
                     log("not leading: the child starts when this pod leads");
@@ -321,9 +349,9 @@ fn start(command: &[OsString], term: String, place: Option<&Place>) -> Result<Ru
             cmd.args(&command[1..]);
         }
     }
-    let tree = Tree::spawn(&mut cmd).map_err(|error| {
-        log(&format!("cannot start {:?}: {error}", command[0]));
-        ExecError::NotFound(command[0].to_string_lossy().into_owned())
+    let tree = Tree::spawn(&mut cmd).map_err(|error| ExecError::CannotStart {
+        program: command[0].to_string_lossy().into_owned(),
+        why: why_not_started(Path::new(&command[0]), &error),
     })?;
     log(&format!(
         "leading (term {term}): started the child (pid {})",
@@ -375,6 +403,73 @@ fn resolve(program: &Path) -> Option<PathBuf> {
         .map(|dir| dir.join(program))
         .find(|candidate| executable(candidate))
 }
+
+/// Why the kernel would not run `program`, a file that exists, in words
+/// that name the likely cause: `execve` says "No such file" for a missing
+/// interpreter or loader, and "Exec format error" for another architecture.
+fn why_not_started(program: &Path, error: &std::io::Error) -> String {
+    let path = resolve(program).unwrap_or_else(|| program.to_owned());
+    match error.raw_os_error() {
+        Some(libc::ENOENT) => match interpreter(&path) {
+            Some(interpreter) => format!(
+                "its interpreter {interpreter} (the script's #! line) does not exist in this container"
+            ),
+            None => "the kernel found no loader for it (a program built for another libc, \
+                     or its ELF interpreter is missing from this image)"
+                .to_owned(),
+        },
+        Some(libc::ENOEXEC) => "exec format error: not a program this machine can run \
+                                (built for another architecture? an amd64 image on an arm64 node)"
+            .to_owned(),
+        Some(libc::EACCES) => format!(
+            "permission denied ({error}): a filesystem mounted noexec, or not executable by this user"
+        ),
+        _ => error.to_string(),
+    }
+}
+
+/// The interpreter a script names on its `#!` line, if it is one.
+fn interpreter(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next()?;
+    let word = String::from_utf8_lossy(line)
+        .split_whitespace()
+        .next()?
+        .to_owned();
+    Some(word)
+}
+
+/// Before `exec` exits because its command cannot start: tells the
+/// sidecar that nothing of the term it leads runs here (registering, then
+/// acknowledging it), so that its collector policy counts this pod's
+/// collector as not running. Bounded: it waits for the sidecar's first
+/// word only, and gives up at once when the sidecar cannot be reached
+/// (then nothing was registered there).
+async fn end_the_term_here(feed: &mut Feed, why: &str) {
+    let deadline = Instant::now() + TELL_TIMEOUT;
+    loop {
+        tokio::select! {
+            signal = feed.next() => match signal {
+                Signal::Event(_) => break,
+                Signal::Disconnected(_) => return,
+                Signal::Connected | Signal::Expired { .. } => {}
+            },
+            () = tokio::time::sleep_until(deadline) => return,
+        }
+    }
+    if let Some(term) = feed.leading().map(|v| v.term.clone()) {
+        log(&format!(
+            "leading, but {why}: nothing of term {term} will run here"
+        ));
+        acknowledge(feed, &term).await;
+    }
+}
+
+/// Bound on [`end_the_term_here`]: a local sidecar answers at once.
+const TELL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Tells the sidecar that `term` is over here (best-effort: without it the
 /// sidecar waits its gate lag); nothing when this gate cannot prove it.
@@ -492,6 +587,41 @@ mod tests {
         std::fs::write(&plain, "not a program").unwrap();
         assert!(resolve(&plain).is_none(), "not executable");
         let _ = std::fs::remove_file(plain);
+    }
+
+    #[test]
+    fn a_command_that_exists_but_cannot_start_is_said_with_its_likely_cause() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("leader-gate-why-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("script");
+        std::fs::write(&script, "#!/bin/bash -e\necho hi\n").unwrap();
+        let binary = dir.join("binary");
+        std::fs::write(&binary, b"\x7fELF\x02\x01\x01garbage").unwrap();
+        for file in [&script, &binary] {
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let enoent = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let why = why_not_started(&script, &enoent);
+        assert!(
+            why.starts_with("its interpreter /bin/bash (the script's #! line) does not exist"),
+            "{why}"
+        );
+        let why = why_not_started(&binary, &enoent);
+        assert!(why.contains("no loader"), "{why}");
+        // What the kernel really answers for a file of another format.
+        let error = Command::new(&binary).spawn().unwrap_err();
+        let why = why_not_started(&binary, &error);
+        assert!(why.starts_with("exec format error"), "{error}: {why}");
+        let eacces = std::io::Error::from_raw_os_error(libc::EACCES);
+        assert!(why_not_started(&binary, &eacces).contains("noexec"));
+        let error = ExecError::CannotStart {
+            program: "collector".into(),
+            why: "because".into(),
+        };
+        assert_eq!(error.to_string(), "cannot start collector: because");
+        assert_eq!(error.exit_code(), 127);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

@@ -16,6 +16,28 @@ use crate::serve::metrics::Metrics;
 use crate::serve::published::LeaderState;
 use crate::serve::transitions::EventLog;
 
+/// The `/events` slots of one process, over every Lease: `--max-subscribers`
+/// in each of two pools. Plain readers take theirs from `reads`; a gate that
+/// registers over the gate channel (`?gate=ID`) from `gates`. So nothing
+/// that merely reads — under `hostNetwork`, any process of the node on the
+/// loopback listener — can take the place of the pod's own `exec` or
+/// `file-gate` and keep its collector from starting.
+#[derive(Clone)]
+pub struct StreamSlots {
+    pub reads: Arc<Semaphore>,
+    pub gates: Arc<Semaphore>,
+}
+
+impl StreamSlots {
+    /// Two pools of `max` slots each.
+    pub fn new(max: usize) -> Self {
+        Self {
+            reads: Arc::new(Semaphore::new(max)),
+            gates: Arc::new(Semaphore::new(max)),
+        }
+    }
+}
+
 /// What the handlers read: one per Lease, behind one `Arc` per router.
 #[derive(Clone)]
 pub struct AppState {
@@ -29,7 +51,7 @@ pub struct AppState {
     pub events: Arc<EventLog>,
     pub metrics: Arc<Metrics>,
     /// One permit per open `/events` stream.
-    pub subscribers: Arc<Semaphore>,
+    pub subscribers: StreamSlots,
     /// Interval of keep-alive comments on `/events`.
     pub keep_alive: Duration,
     /// Ends the event streams (the server's own graceful shutdown waits for them).

@@ -91,7 +91,9 @@ pub struct ServeArgs {
     #[arg(long, env = "LEADER_GATE_GATE_ACKS", default_value_t = true, action = ArgAction::Set)]
     pub gate_acks: bool,
 
-    /// Most /events streams open at once; more are answered 503.
+    /// Most /events streams open at once; more are answered 503. Counted
+    /// apart for gates registering over the gate channel (as many again),
+    /// so plain readers never take a gate's place.
     #[arg(long, env = "LEADER_GATE_MAX_SUBSCRIBERS", default_value_t = 128)]
     pub max_subscribers: usize,
 

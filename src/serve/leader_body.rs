@@ -189,7 +189,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use tokio::sync::{Semaphore, watch};
+    use tokio::sync::watch;
     use tokio_util::sync::CancellationToken;
 
     use super::*;
@@ -208,7 +208,7 @@ mod tests {
             stuck_after: Duration::from_secs(15),
             events: EventLog::new(identity, LeaseLabel::alone("ns", "demo"), 4, 4),
             metrics: Arc::new(Metrics::new("ns", "demo")),
-            subscribers: Arc::new(Semaphore::new(1)),
+            subscribers: crate::serve::app_state::StreamSlots::new(1),
             keep_alive: Duration::from_secs(15),
             shutdown: CancellationToken::new(),
             gate_acks: crate::serve::gate_acks::GateAcks::new(8),

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -18,7 +18,7 @@ use crate::elector::incarnation::{RecordWriter, StateDir};
 use crate::elector::lease::TermId;
 use crate::elector::lease_client::KubeLeaseStore;
 use crate::elector::machine::{Election, Settings, Spread};
-use crate::serve::app_state::AppState;
+use crate::serve::app_state::{AppState, StreamSlots};
 use crate::serve::collector_health;
 use crate::serve::config::ServeConfig;
 use crate::serve::gate_acks::GateAcks;
@@ -41,7 +41,7 @@ pub struct Process<'a> {
     /// credentials reloaded for all).
     pub store: &'a KubeLeaseStore,
     /// `/events` streams open at once, over every Lease.
-    pub subscribers: &'a Arc<Semaphore>,
+    pub subscribers: &'a StreamSlots,
     /// Every Lease's metrics, in one exposition.
     pub metrics: &'a Arc<MetricsRegistry>,
     pub stop_election: &'a CancellationToken,

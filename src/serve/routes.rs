@@ -76,7 +76,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::time::Duration;
-    use tokio::sync::{Semaphore, watch};
+    use tokio::sync::watch;
     use tokio_util::sync::CancellationToken;
 
     use crate::clock::BootInstant;
@@ -99,7 +99,7 @@ mod tests {
             stuck_after: Duration::from_secs(15),
             events: EventLog::new("me", LeaseLabel::alone("ns", "demo"), 16, 16),
             metrics: Arc::new(Metrics::new("ns", "demo")),
-            subscribers: Arc::new(Semaphore::new(2)),
+            subscribers: crate::serve::app_state::StreamSlots::new(2),
             keep_alive: Duration::from_secs(15),
             shutdown: CancellationToken::new(),
             gate_acks: crate::serve::gate_acks::GateAcks::new(8),

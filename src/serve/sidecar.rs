@@ -12,14 +12,14 @@ use std::sync::Arc;
 use axum::Extension;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::resolve_namespace;
 use crate::elector::lease_client::{self, KubeLeaseStore};
 use crate::elector::machine::Spread;
 use crate::exit;
-use crate::serve::app_state::AppState;
+use crate::serve::app_state::{AppState, StreamSlots};
 use crate::serve::config::ServeConfig;
 use crate::serve::gate_channel::{self, GateChannel};
 use crate::serve::lease_stack::{LeaseStack, Process};
@@ -96,7 +96,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     );
     let stop_election = CancellationToken::new();
     let stop_serving = CancellationToken::new();
-    let subscribers = Arc::new(Semaphore::new(config.max_subscribers));
+    let subscribers = StreamSlots::new(config.max_subscribers);
     let metrics = MetricsRegistry::new(config.collector_health.is_some());
     let process = Process {
         config: &config,

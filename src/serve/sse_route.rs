@@ -63,13 +63,6 @@ pub async fn events(
     if let Some(refusal) = not_this_lease(&app, uri.query()) {
         return refusal;
     }
-    let Ok(permit) = app.subscribers.clone().try_acquire_owned() else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many event subscribers\n",
-        )
-            .into_response();
-    };
     // A gate registers before it reads anything: if it is too late to be
     // counted for a term, what it reads says that term is over.
     let silent = match query_param(uri.query(), "acknowledges").as_deref() {
@@ -83,15 +76,29 @@ pub async fn events(
                 .into_response();
         }
     };
-    let registration = match query_param(uri.query(), "gate") {
+    let gate = query_param(uri.query(), "gate");
+    // A gate of another pod's could hold this pod's releases: refused
+    // before it may take a slot.
+    if gate.is_some()
+        && let Some(refusal) = not_from_this_pod(peer.as_ref(), channel.as_ref(), "gates register")
+    {
+        return refusal;
+    }
+    // Gates and plain readers never compete for a slot (`StreamSlots`).
+    let pool = match gate {
+        Some(_) => &app.subscribers.gates,
+        None => &app.subscribers.reads,
+    };
+    let Ok(permit) = pool.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many event subscribers\n",
+        )
+            .into_response();
+    };
+    let registration = match gate {
         None => None,
         Some(id) => {
-            // A gate of another pod's could hold this pod's releases.
-            if let Some(refusal) =
-                not_from_this_pod(peer.as_ref(), channel.as_ref(), "gates register")
-            {
-                return refusal;
-            }
             if let Some(warning) = query_param(uri.query(), "stops_within_ms")
                 .and_then(|ms| ms.parse().ok())
                 .and_then(|ms| {

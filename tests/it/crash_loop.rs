@@ -347,3 +347,170 @@ async fn a_collector_that_exits_once_and_is_restarted_within_the_bound_keeps_the
             .contains(&format!("{WITHOUT_COLLECTOR}0\n"))
     );
 }
+
+// ===== a command that cannot start =====
+
+/// `leader_gate_leading_without_collector` of `sidecar`, as exported.
+async fn without_collector(sidecar: &Sidecar) -> String {
+    metrics(sidecar)
+        .await
+        .lines()
+        .find(|l| l.starts_with("leader_gate_leading_without_collector{"))
+        .unwrap_or("(no such series)")
+        .to_owned()
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Restarts `exec --url URL -- COMMAND…` whenever it exits, as
+/// [`Kubelet`] does, and records each exit code.
+fn kubelet_counting_exits(
+    dir: &Path,
+    name: &'static str,
+    url: String,
+    command: Vec<String>,
+    log: &Path,
+    exits: std::sync::Arc<std::sync::Mutex<Vec<i32>>>,
+) -> tokio::task::JoinHandle<()> {
+    let dir = dir.to_path_buf();
+    let log = log.to_str().unwrap().to_owned();
+    tokio::spawn(async move {
+        let mut delay = RESTART_FIRST;
+        for restart in 0.. {
+            let mut args: Vec<&str> = vec!["exec", "--url", &url, "--grace", "2s", "--"];
+            args.extend(command.iter().map(String::as_str));
+            let mut exec = GateClient::spawn(
+                &dir,
+                &format!("exec-{name}-{restart}"),
+                &args,
+                &[("NAME", name), ("LOG", &log)],
+            );
+            if let Some((status, _)) = exec.wait_exit(Duration::from_secs(3600)).await {
+                exits.lock().unwrap().push(status.code().unwrap_or(-1));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(RESTART_CAP);
+        }
+    })
+}
+
+/// An `exec` whose command cannot be run exits 127 on every restart (a
+/// crash loop to the kubelet) — and, before each exit, tells the sidecar
+/// that nothing of the term runs here, as a child that exited does: the
+/// leader hands the Lease over within the bound, to a peer whose collector
+/// runs. Without that word the gate stays registered as running and the
+/// leader keeps the Lease for good while no collector runs anywhere.
+///
+/// At least three exits: the kubelet stand-in waits 0.5, 1, then 2 s, and
+/// the third wait already reaches the 2 s bound — the loop of a child that
+/// exits 2 ([`CRASHER`]) hands over after the same three exits.
+async fn a_command_that_cannot_start_hands_the_lease_over(
+    name: &str,
+    command: impl FnOnce(&Path) -> String,
+    says: &str,
+) {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir(name);
+    let log = ChildLog(dir.join("children.log"));
+    let a = sidecar(&api, &dir, "a");
+    a.wait_serving().await;
+    let term = a.wait_term(TIMING.lease * 2).await;
+    let mut stream = EventClient::connect(a.gate, None).await;
+
+    let a_exits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let _a_kubelet = kubelet_counting_exits(
+        &dir,
+        "a",
+        format!("http://{}", a.gate),
+        vec![command(&dir)],
+        &log.0,
+        a_exits.clone(),
+    );
+    // b: a healthy peer whose collector would run.
+    let b = sidecar(&api, &dir, "b");
+    b.wait_serving().await;
+    let _b_kubelet = Kubelet::start(&dir, "b", &b, &log.0, COLLECTOR);
+
+    // The bound is 2 s; the crashing child of the control test is handed
+    // over about 2-3.5 s after its last run. Give it ten times that.
+    let stopped = stream
+        .next_of("stopped-leading", Duration::from_secs(25))
+        .await;
+    let exits = a_exits.lock().unwrap().clone();
+    let metric = without_collector(&a).await;
+    let holder = lease_holder(&api.lease(LEASE).unwrap());
+    let first_exec = std::fs::read_to_string(dir.join("exec-a-0.err")).unwrap_or_default();
+    println!(
+        "a led term {term}; its exec exited {exits:?}; then stopped-leading {:?}, holder \
+         {holder:?}, {metric}\nexec-a-0 said:\n{}",
+        stopped.as_ref().map(|s| s.data["reason"].clone()),
+        first_exec.trim()
+    );
+    assert!(
+        exits.len() >= 3 && exits.iter().all(|&code| code == 127),
+        "a crash loop of exit 127: {exits:?}"
+    );
+    assert!(first_exec.contains(says), "{first_exec}");
+    assert!(
+        first_exec.contains(&format!(
+            "told the sidecar that nothing of term {term} runs here"
+        )),
+        "{first_exec}"
+    );
+    assert!(
+        log.entries().iter().all(|e| e.name != "a"),
+        "a's collector never ran"
+    );
+    let stopped = stopped.unwrap_or_else(|| {
+        panic!(
+            "a kept the lease for 25 s while its exec crash-looped (exit 127, {} times) and no \
+             collector ran; holder {holder:?}; {metric}\n--- a ---\n{}",
+            exits.len(),
+            tail(&a.log(), 15)
+        )
+    });
+    assert_eq!(stopped.data["reason"], "collector-not-running");
+    // The group's work goes on: b leads and its collector runs.
+    let deadline = Instant::now() + TIMING.lease * 3;
+    while Instant::now() < deadline && !log.entries().iter().any(|e| e.name == "b") {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        log.entries().iter().any(|e| e.name == "b"),
+        "b's collector never ran; holder {:?}",
+        lease_holder(&api.lease(LEASE).unwrap())
+    );
+}
+
+/// A script whose interpreter is missing (`#!/bin/bash` in an image
+/// without bash): found, executable, and `execve` fails with ENOENT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_whose_script_has_no_interpreter_crash_loops_and_the_leader_hands_over() {
+    a_command_that_cannot_start_hands_the_lease_over(
+        "crash-loop-no-interpreter",
+        |dir| {
+            use std::os::unix::fs::PermissionsExt;
+            let broken = dir.join("collector");
+            std::fs::write(&broken, "#!/nonexistent/interpreter\necho never\n").unwrap();
+            std::fs::set_permissions(&broken, std::fs::Permissions::from_mode(0o755)).unwrap();
+            broken.to_str().unwrap().to_owned()
+        },
+        "its interpreter /nonexistent/interpreter (the script's #! line) does not exist",
+    )
+    .await;
+}
+
+/// A command not found at all (a typo, an image without the collector):
+/// said at once, and the leader's sidecar told all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_whose_command_is_not_found_crash_loops_and_the_leader_hands_over() {
+    a_command_that_cannot_start_hands_the_lease_over(
+        "crash-loop-not-found",
+        |_| "no-such-collector-xyz".to_owned(),
+        "no-such-collector-xyz: command not found",
+    )
+    .await;
+}

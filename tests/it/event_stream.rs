@@ -23,7 +23,6 @@ use serde_json::json;
 use support::events::EventClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 struct Served {
@@ -60,7 +59,7 @@ async fn serve_with(max_subscribers: usize, keep_alive: Duration, limits: Limits
         stuck_after: Duration::from_secs(15),
         events: events.clone(),
         metrics: metrics.clone(),
-        subscribers: Arc::new(Semaphore::new(max_subscribers)),
+        subscribers: leader_gate::serve::app_state::StreamSlots::new(max_subscribers),
         keep_alive,
         shutdown: stop.clone(),
         gate_acks: leader_gate::serve::gate_acks::GateAcks::new(8),

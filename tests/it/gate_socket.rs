@@ -218,3 +218,51 @@ async fn exec_on_the_gate_socket_stops_its_child_within_validity_when_the_sideca
         "the child stopped {after:.3} s after the SIGKILL: later than its validity"
     );
 }
+
+/// A neighbour holding every plain `/events` slot over loopback (under
+/// `hostNetwork`, any process of the node) cannot keep the pod's own gate
+/// from opening: streams that register a gate over the socket take their
+/// slot from a pool of their own. With one pool, the leader's `exec` was
+/// answered 503 for as long as the readers stayed, and its collector never
+/// started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_readers_holding_every_slot_cannot_keep_the_leaders_gate_from_opening() {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("socket-slots-of-its-own");
+    let (a, socket) =
+        Sidecar::spawn_with_socket(&api, &dir, "a", TIMING, &["--max-subscribers", "4"]);
+    a.wait_serving().await;
+    let term = a.wait_term(TIMING.lease * 2).await;
+    // A process of the node holds every slot over loopback TCP (plain
+    // reads: no registration, nothing the gate channel refuses).
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let reader = EventClient::try_connect(a.gate, None).await.unwrap();
+        assert_eq!(reader.status, 200);
+        held.push(reader);
+    }
+    // The pool of plain reads is full indeed.
+    let refused = EventClient::try_connect(a.gate, None).await.unwrap();
+    assert_eq!(refused.status, 503, "a fifth plain reader");
+    // The pod's own collector, gated over the socket as shipped.
+    let log = ChildLog(dir.join("children.log"));
+    let url = format!("unix:{}", socket.display());
+    let exec = spawn_exec(&dir, "a", &url, &log.0, COLLECTOR);
+    let deadline = Instant::now() + SECOND * 10;
+    while Instant::now() < deadline && log.entries().is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = !log.entries().is_empty();
+    let said: String = exec.stderr();
+    println!(
+        "a leads term {term}; 4 loopback readers hold the slots; exec on the socket started \
+         its child within 10 s: {started}\nexec said:\n{said}"
+    );
+    assert!(
+        started,
+        "the leader's collector, gated over the pod-local socket, never started while \
+         loopback readers held every /events slot\nexec said:\n{said}"
+    );
+    assert_eq!(log.entries()[0].term, term);
+    drop(held);
+}
