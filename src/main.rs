@@ -120,8 +120,7 @@ async fn run_client(command: Command) -> ExitCode {
                 mode,
                 mappings,
             };
-            file_gate::run(options).await;
-            ExitCode::SUCCESS
+            ExitCode::from(file_gate::run(options).await)
         }
         Command::Status(client) => {
             let (verdict, text) = status::status(&client.gate()).await;

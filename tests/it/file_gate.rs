@@ -1026,3 +1026,102 @@ async fn a_file_gate_killed_while_leading_tells_its_collector_at_restart_before_
     assert!(last.existed == [true] && last.status == 200, "{posts:#?}");
     assert!(posts[3..].iter().all(|p| p.at > posts[2].at));
 }
+
+/// A file gate that cannot put its copy in place at all (here its SRC is
+/// missing, a ConfigMap key mistyped; as well a read-only or full volume)
+/// gives the term up after three tries: it removes what it can,
+/// acknowledges the term once a reload after that answers 2xx, and exits
+/// 73 — the kubelet restarts it, and its leader, told that nothing of the
+/// term runs, hands the Lease over within `--collector-not-running-after`
+/// to a peer whose copy lands. Before, the gate stayed registered as
+/// running and the leader kept the Lease while no collector did the work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_gate_that_cannot_write_its_copy_gives_the_term_up_and_the_leader_hands_over() {
+    let timing = Timing::GATES;
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("file-gate-cannot-write");
+    let src = dir.join("cluster.yml");
+    std::fs::write(&src, b"- targets: ['cluster-metrics:9100']\n").unwrap();
+    let flags = ["--collector-not-running-after", "2s"];
+    let a = Sidecar::spawn_with(&api, &dir, "a", timing, &flags);
+    a.wait_serving().await;
+    let term = a.wait_term(timing.lease * 2).await;
+    let mut stream = EventClient::connect(a.gate, None).await;
+    let missing = dir.join("no-such-source.yml");
+    let a_dst = dir.join("a-cluster.yml");
+    let a_reloads = Reloads::start_slow(&[&a_dst], Duration::ZERO).await;
+    let a_url = a_reloads.url(RELOAD_PATH);
+    // The kubelet's restarts of a's file gate (0.5 s, doubling, as
+    // CrashLoopBackOff's scaled down); the exit codes seen.
+    let exits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kubelet = {
+        let (dir, exits, missing, a_dst, gate) = (
+            dir.clone(),
+            exits.clone(),
+            missing.clone(),
+            a_dst.clone(),
+            a.gate,
+        );
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(500);
+            for restart in 0.. {
+                let mut gate = FileGate::spawn(
+                    &dir,
+                    &format!("gate-a-{restart}"),
+                    gate,
+                    &["--reload-url", &a_url],
+                    &[(&missing, &a_dst)],
+                );
+                if let Some(status) = gate.wait_exit(SECOND * 3600).await {
+                    exits.lock().unwrap().push(status.code().unwrap_or(-1));
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(SECOND * 4);
+            }
+        })
+    };
+    // b: a peer whose copy can land.
+    let b = Sidecar::spawn_with(&api, &dir, "b", timing, &flags);
+    b.wait_serving().await;
+    let b_dst = dir.join("b-cluster.yml");
+    let b_reloads = Reloads::start_slow(&[&b_dst], Duration::ZERO).await;
+    let _b_gate = FileGate::spawn(
+        &dir,
+        "gate-b",
+        b.gate,
+        &["--reload-url", &b_reloads.url(RELOAD_PATH)],
+        &[(&src, &b_dst)],
+    );
+
+    let stopped = stream.next_of("stopped-leading", SECOND * 30).await;
+    let seen = exits.lock().unwrap().clone();
+    let first = std::fs::read_to_string(dir.join("gate-a-0.log")).unwrap_or_default();
+    println!("a led term {term}; its file gate exited {seen:?}\ngate-a-0 said:\n{first}");
+    let stopped = stopped.unwrap_or_else(|| {
+        panic!(
+            "a kept the Lease while its file gate could not write (exits {seen:?})\n{}",
+            a.log()
+        )
+    });
+    assert_eq!(stopped.data["reason"], "collector-not-running");
+    assert!(
+        !seen.is_empty() && seen.iter().all(|&code| code == 73),
+        "{seen:?}"
+    );
+    assert!(first.contains("cannot read"), "{first}");
+    assert!(first.contains("giving the term up"), "{first}");
+    assert!(!a_dst.exists());
+    assert!(
+        first.contains(&format!(
+            "told the sidecar that no copy of term {term} is left"
+        )),
+        "{first}"
+    );
+    // The work goes on at b.
+    let deadline = Instant::now() + timing.lease * 3;
+    while Instant::now() < deadline && !b_dst.exists() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(b_dst.exists(), "b's copy never landed\n{}", b.log());
+    kubelet.abort();
+}

@@ -84,6 +84,7 @@ use crate::client::death_guard::{Guard, OnDeath, Post};
 use crate::client::feed::Feed;
 use crate::client::place::Place;
 use crate::client::url::{ClientArgs, GateUrl};
+use crate::exit;
 use closing::Closing;
 use writer::{Changed, Disk, RealDisk, Removal, Writer};
 
@@ -129,6 +130,10 @@ const STARTUP_RELOAD_WAIT: Duration = Duration::from_secs(10);
 /// How long shutting down waits for a 2xx reload after the removal before
 /// it exits without acknowledging.
 const SHUTDOWN_RELOAD_WAIT: Duration = Duration::from_secs(10);
+/// Tries in a row (one per renewal) that could not put a copy in place
+/// before `file-gate` gives the term up: a lasting cause (SRC missing, DST
+/// on a read-only or full volume, no permission), not a passing one.
+const GIVE_UP_AFTER: u32 = 3;
 /// Retrying a removal that failed.
 const REMOVAL_RETRY: Duration = Duration::from_secs(1);
 /// How long shutting down waits for the writers (a write stuck on the disk
@@ -197,8 +202,10 @@ pub struct FileGateOptions {
     pub mappings: Vec<Mapping>,
 }
 
-/// Runs until SIGTERM/SIGINT; removes every DST before it returns.
-pub async fn run(options: FileGateOptions) {
+/// Runs until SIGTERM/SIGINT (exit code 0), or until it gives up a term
+/// whose copies it cannot put in place ([`GIVE_UP_AFTER`]: exit code
+/// [`exit::CANTCREAT`]); removes every DST before it returns.
+pub async fn run(options: FileGateOptions) -> u8 {
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let reloader = Reloader::start(options.reload.clone());
@@ -239,10 +246,24 @@ pub async fn run(options: FileGateOptions) {
     let acknowledges = gate.options.reload.is_some();
     let mut feed = Feed::registered(gate.options.url.clone(), "file-gate", acknowledges);
     let mut confirmed = reloader.confirmations();
+    let mut code = 0;
     while !exiting {
         // Writes go to the writer threads; a removal happens here and now.
         let removal_failed = if let Some(leading) = feed.leading() {
             closing.leading(&leading.term);
+            if gate.failed_writes() >= GIVE_UP_AFTER {
+                // Nothing of the term can run here, and the sidecar would
+                // count it as running for as long as this gate stayed:
+                // it is given up as on exit (removed, acknowledged once a
+                // reload proves it), and the kubelet's restarts show it.
+                log(&format!(
+                    "cannot put the copies of term {} in place ({GIVE_UP_AFTER} tries in a row failed, \
+                     said above): giving the term up, removing every copy and exiting",
+                    leading.term
+                ));
+                code = exit::CANTCREAT;
+                break;
+            }
             gate.write_all(feed.place());
             false
         } else {
@@ -304,6 +325,7 @@ pub async fn run(options: FileGateOptions) {
         }
     }
     reloader.finish();
+    code
 }
 
 /// What an acknowledgement of a term's end did (best-effort: without it the
@@ -503,6 +525,16 @@ impl Gate {
     /// Asks every writer for a current copy of its SRC at its DST, with
     /// the Lease's `place` substituted; returns at once (each writer tells
     /// the reloader of what it changed).
+    /// Attempts in a row that could not put a copy in place, at the DST
+    /// that failed most.
+    fn failed_writes(&self) -> u32 {
+        self.writers
+            .iter()
+            .map(Writer::failed_writes)
+            .max()
+            .unwrap_or(0)
+    }
+
     fn write_all(&self, place: Option<&Place>) {
         for writer in &self.writers {
             writer.ensure(place);

@@ -24,6 +24,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -115,6 +116,9 @@ struct Shared {
     wake: Condvar,
     /// The last failed removal said, so a lasting one is said once.
     failing_removal: Mutex<Option<String>>,
+    /// Attempts in a row that could not put a copy in place (SRC
+    /// unreadable, DST not writable): 0 once a copy is there.
+    failed_writes: AtomicU32,
 }
 
 #[derive(Default)]
@@ -156,6 +160,7 @@ impl Writer {
             jobs: Mutex::default(),
             wake: Condvar::new(),
             failing_removal: Mutex::default(),
+            failed_writes: AtomicU32::new(0),
         });
         let thread = {
             let shared = shared.clone();
@@ -177,6 +182,12 @@ impl Writer {
         let mut jobs = lock(&self.shared.jobs);
         jobs.write = Some((generation, place.cloned()));
         self.shared.wake.notify_all();
+    }
+
+    /// Attempts in a row that could not put a copy at DST (0 once one is
+    /// there).
+    pub(super) fn failed_writes(&self) -> u32 {
+        self.shared.failed_writes.load(Ordering::Relaxed)
     }
 
     /// Removes DST now, whatever the writer is doing; what it found. No
@@ -306,6 +317,7 @@ impl Shared {
                 None => content,
             },
             Err(e) => {
+                self.failed_writes.fetch_add(1, Ordering::Relaxed);
                 return memory.complain(format!("cannot read {}: {e}", mapping.src.display()));
             }
         };
@@ -318,6 +330,7 @@ impl Shared {
         // removed or changed the copy since.
         if ours == Some(&content) && std::fs::read(&mapping.dst).is_ok_and(|held| held == content) {
             memory.complaint = None;
+            self.failed_writes.store(0, Ordering::Relaxed);
             return;
         }
         let what = if ours == Some(&content) {
@@ -341,6 +354,7 @@ impl Shared {
                 let _ = sync_dir(parent(&mapping.dst));
                 memory.written = Some((generation, content));
                 memory.complaint = None;
+                self.failed_writes.store(0, Ordering::Relaxed);
             }
             Ok(false) => {
                 let _ = std::fs::remove_file(&temporary);
@@ -351,6 +365,7 @@ impl Shared {
             }
             Err(e) => {
                 let _ = std::fs::remove_file(&temporary);
+                self.failed_writes.fetch_add(1, Ordering::Relaxed);
                 memory.complain(format!("cannot write {}: {e}", mapping.dst.display()));
             }
         }
