@@ -8,7 +8,8 @@
 //! published (a final `stopped-leading` with reason `shutdown` among them).
 //! At most `max_subscribers` streams are open; beyond that, 503. With
 //! `?gate=ID` the subscriber is a gate that acknowledges the end of each
-//! term it was open for ([`crate::serve::gate_acks`]).
+//! term it was open for ([`crate::serve::gate_acks`]); gates count in a
+//! pool of their own ([`crate::serve::app_state::StreamSlots`]).
 //!
 //! Validity, so a subscriber fails closed when this process dies: `state`,
 //! `started-leading` and `renewed` carry `valid_for_ms`, judged when the event
