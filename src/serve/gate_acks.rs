@@ -20,9 +20,13 @@
 //! acknowledge has acknowledged it mid-term (`exec` does when its child
 //! exited on its own and its tree is reaped, `file-gate` when it exits), or
 //! none is connected although a gate has acknowledged a term here before (a
-//! crash-looping `exec` between two restarts). Silent gates say
-//! nothing either way; with none that can tell, or acknowledgements off, it
-//! is unknown.
+//! crash-looping `exec` between two restarts). A gate whose stream ended
+//! without a word (SIGKILLed, or its whole container OOM-killed) counts as
+//! running only until it is *gone for good*: its validity ran out by then
+//! (the renew deadline) and what it ran was stopped (the gate lag); it
+//! still owes the term its acknowledgement, so the release waits the gate
+//! lag all the same. Silent gates say nothing either way; with none that
+//! can tell, or acknowledgements off, it is unknown.
 //!
 //! A term resumed by a restarted sidecar (`--state-dir`) never ends its
 //! gate lag early ([`GateAcks::resumed`]): the gates registered for it
@@ -64,6 +68,9 @@ pub struct GateAcks {
     /// --grace`, a collector's own reload period), so the term they owed
     /// then waits its whole gate lag.
     forget_after: Duration,
+    /// A gate gone (disconnected) for this long runs nothing (see the
+    /// module docs): the renew deadline plus the gate lag.
+    gone_for_good: Duration,
 }
 
 #[derive(Default)]
@@ -145,11 +152,19 @@ impl Inner {
     /// Whether anything of the current term runs here, as far as the gates
     /// that can tell say (see the module docs); `None` when not leading or
     /// when no gate can tell.
-    fn running(&self) -> Option<bool> {
+    fn running(&self, gone_for_good: Duration) -> Option<bool> {
         let term = self.term.as_ref().filter(|t| t.leading)?;
-        if !term.open.is_empty() {
+        let now = std::time::Instant::now();
+        let may_run = |id: &Arc<str>| {
+            self.connected.contains_key(id)
+                || self
+                    .gone_since
+                    .get(id)
+                    .is_none_or(|since| now.saturating_duration_since(*since) < gone_for_good)
+        };
+        if term.open.iter().any(may_run) {
             Some(true)
-        } else if self.told || !term.closed.is_empty() {
+        } else if self.told || !term.closed.is_empty() || !term.open.is_empty() {
             Some(false)
         } else {
             None
@@ -207,6 +222,20 @@ impl Drop for Registration {
                     inner
                         .gone_since
                         .insert(self.gate.clone(), std::time::Instant::now());
+                    // Once gone for good, it runs nothing: say so then.
+                    if let Ok(runtime) = tokio::runtime::Handle::try_current()
+                        && self.acks.gone_for_good < Duration::MAX
+                    {
+                        let acks = Arc::downgrade(&self.acks);
+                        let after = self.acks.gone_for_good + Duration::from_millis(1);
+                        runtime.spawn(async move {
+                            tokio::time::sleep(after).await;
+                            if let Some(acks) = acks.upgrade() {
+                                let inner = acks.inner.lock().expect("gate acks lock");
+                                acks.publish_running(&inner);
+                            }
+                        });
+                    }
                 }
             }
         }
@@ -218,16 +247,18 @@ impl Drop for Registration {
 impl GateAcks {
     /// A registry of at most `capacity` gates that waits for every one.
     pub fn new(capacity: usize) -> Arc<Self> {
-        Self::for_sidecar(capacity, true, Duration::MAX)
+        Self::for_sidecar(capacity, true, Duration::MAX, Duration::MAX)
     }
 
     /// The sidecar's registry: `acknowledgements` false ignores them
     /// (`--gate-acks=false`); when full, gates gone for `forget_after` (the
-    /// renew deadline) make room.
+    /// renew deadline) make room; gone for `gone_for_good` (the renew
+    /// deadline plus the gate lag), a gate runs nothing.
     pub fn for_sidecar(
         capacity: usize,
         acknowledgements: bool,
         forget_after: Duration,
+        gone_for_good: Duration,
     ) -> Arc<Self> {
         Arc::new(Self {
             inner: Mutex::default(),
@@ -236,6 +267,7 @@ impl GateAcks {
             capacity: capacity.max(1),
             ignored: !acknowledgements,
             forget_after,
+            gone_for_good,
         })
     }
 
@@ -413,7 +445,11 @@ impl GateAcks {
     }
 
     fn publish_running(&self, inner: &Inner) {
-        let running = if self.ignored { None } else { inner.running() };
+        let running = if self.ignored {
+            None
+        } else {
+            inner.running(self.gone_for_good)
+        };
         self.running
             .send_if_modified(|published| std::mem::replace(published, running) != running);
     }
@@ -550,7 +586,7 @@ mod tests {
 
     #[test]
     fn with_acknowledgements_off_an_acknowledgement_is_answered_and_changes_nothing() {
-        let acks = GateAcks::for_sidecar(8, false, Duration::MAX);
+        let acks = GateAcks::for_sidecar(8, false, Duration::MAX, Duration::MAX);
         let _exec = acks.register("exec-1", false).unwrap();
         assert_eq!(acks.acknowledge("exec-1", "any/1"), Ack::Counted);
         assert!(!acks.closed_now());
@@ -634,7 +670,7 @@ mod tests {
 
     #[test]
     fn when_full_gates_gone_past_the_renew_deadline_make_room_and_the_term_waits_its_gate_lag() {
-        let acks = GateAcks::for_sidecar(2, true, Duration::from_millis(50));
+        let acks = GateAcks::for_sidecar(2, true, Duration::from_millis(50), Duration::MAX);
         acks.term_changed(Some("t/1"), true);
         let live = acks.register("live", false).unwrap();
         drop(acks.register("dead", false).unwrap());
@@ -752,9 +788,38 @@ mod tests {
         assert_eq!(*running.borrow(), Some(false));
     }
 
+    /// SIGKILLed without a word (its whole container OOM-killed): it may
+    /// run until its validity runs out and its collector stopped, then it
+    /// runs nothing — said on time, by the registry's own timer — though
+    /// it still owes the term its acknowledgement for the release.
+    #[tokio::test]
+    async fn a_gate_gone_without_a_word_runs_nothing_once_gone_for_good() {
+        let gone_for_good = Duration::from_millis(200);
+        let acks = GateAcks::for_sidecar(8, true, Duration::MAX, gone_for_good);
+        let mut running = acks.running();
+        acks.term_changed(Some("t/1"), true);
+        let exec = acks.register("exec-1", false).unwrap();
+        assert_eq!(*running.borrow_and_update(), Some(true));
+        let killed_at = std::time::Instant::now();
+        drop(exec);
+        assert_eq!(*running.borrow(), Some(true), "it may still be stopping");
+        tokio::time::timeout(Duration::from_secs(5), running.changed())
+            .await
+            .expect("said once gone for good")
+            .unwrap();
+        assert!(killed_at.elapsed() >= gone_for_good);
+        assert_eq!(*running.borrow(), Some(false));
+        // A restarted gate runs again; the dead one still owes the term.
+        let _exec = acks.register("exec-2", false).unwrap();
+        assert_eq!(*running.borrow(), Some(true));
+        acks.term_changed(Some("t/1"), false);
+        assert_eq!(acks.acknowledge("exec-2", "t/1"), Ack::Counted);
+        assert!(!acks.closed_now(), "exec-1 never acknowledged");
+    }
+
     #[test]
     fn with_acknowledgements_off_whether_anything_runs_is_unknown() {
-        let acks = GateAcks::for_sidecar(8, false, Duration::MAX);
+        let acks = GateAcks::for_sidecar(8, false, Duration::MAX, Duration::MAX);
         let exec = acks.register("exec-1", false).unwrap();
         acks.term_changed(Some("t/1"), true);
         acks.acknowledge("exec-1", "t/1");

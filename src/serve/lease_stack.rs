@@ -112,6 +112,7 @@ impl LeaseStack {
             config.max_subscribers,
             config.gate_acks,
             config.renew_deadline,
+            config.renew_deadline + config.shutdown.gate_lag,
         );
         if config.gate_acks {
             publisher = publisher.with_gate_acks(gate_acks.clone());

@@ -514,3 +514,92 @@ async fn an_exec_whose_command_is_not_found_crash_loops_and_the_leader_hands_ove
     )
     .await;
 }
+
+/// An `exec` killed without a word each time its collector starts — its
+/// whole container OOM-killed (cgroup v2 kills the group), or SIGKILLed —
+/// never tells the sidecar anything; once gone for good (the renew
+/// deadline plus the gate lag: its validity ran out and its collector was
+/// stopped) it counts as running nothing, so a leader whose collector is
+/// killed in a loop hands the Lease over, as for one that exits. Before,
+/// each dead `exec` stayed registered as running and the leader kept the
+/// Lease for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_killed_in_a_loop_without_a_word_hands_the_lease_over() {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("crash-loop-sigkill");
+    let log = ChildLog(dir.join("children.log"));
+    let a = sidecar(&api, &dir, "a");
+    a.wait_serving().await;
+    let term = a.wait_term(TIMING.lease * 2).await;
+    let mut stream = EventClient::connect(a.gate, None).await;
+    let kills = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // The kubelet: restarts a's exec after 0.5 s, doubling up to 8 s (the
+    // bound, 2 s, must fit after gone-for-good, about 5.4 s here); a's
+    // collector is killed, exec and all, as soon as it runs.
+    let kubelet = {
+        let (dir, url, log, kills) = (
+            dir.clone(),
+            format!("http://{}", a.gate),
+            ChildLog(log.0.clone()),
+            kills.clone(),
+        );
+        tokio::spawn(async move {
+            let mut delay = RESTART_FIRST;
+            for restart in 0.. {
+                let starts = || {
+                    log.entries()
+                        .iter()
+                        .filter(|e| e.name == "a" && e.what == "start")
+                        .count()
+                };
+                let runs = starts();
+                let mut exec = GateClient::spawn(
+                    &dir,
+                    &format!("exec-a-{restart}"),
+                    &[
+                        "exec", "--url", &url, "--grace", "2s", "--", "sh", "-c", COLLECTOR,
+                    ],
+                    &[("NAME", "a"), ("LOG", log.0.to_str().unwrap())],
+                );
+                // Killed once its collector runs (a follower's never does).
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while starts() == runs && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                exec.signal(libc::SIGKILL);
+                exec.wait_exit(Duration::from_secs(10)).await;
+                kills.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(8));
+            }
+        })
+    };
+    let b = sidecar(&api, &dir, "b");
+    b.wait_serving().await;
+    let _b_kubelet = Kubelet::start(&dir, "b", &b, &log.0, COLLECTOR);
+
+    let stopped = stream
+        .next_of("stopped-leading", Duration::from_secs(40))
+        .await;
+    let killed = kills.load(std::sync::atomic::Ordering::Relaxed);
+    kubelet.abort();
+    let stopped = stopped.unwrap_or_else(|| {
+        panic!(
+            "a kept the Lease while its exec was killed {killed} times\n{}",
+            tail(&a.log(), 15)
+        )
+    });
+    println!("a led term {term}; its exec was killed {killed} times, then it stopped leading");
+    assert_eq!(stopped.data["reason"], "collector-not-running");
+    assert!(killed >= 2, "a loop, not a single kill: {killed}");
+    let deadline = Instant::now() + TIMING.lease * 3;
+    while Instant::now() < deadline && !log.entries().iter().any(|e| e.name == "b") {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        log.entries().iter().any(|e| e.name == "b"),
+        "b's collector runs"
+    );
+    // (Not judged from the children's log: a SIGKILLed child writes no
+    // `stop`. That a killed exec's tree dies with it: exec_tree.rs.)
+}

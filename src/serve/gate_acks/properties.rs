@@ -114,7 +114,7 @@ fn term_id(n: u64) -> String {
 
 fn registry() -> Arc<GateAcks> {
     // Gone gates make room at once when the registry is full.
-    GateAcks::for_sidecar(CAPACITY, true, Duration::ZERO)
+    GateAcks::for_sidecar(CAPACITY, true, Duration::ZERO, Duration::MAX)
 }
 
 impl World {
