@@ -424,7 +424,10 @@ fn a_standing_aside_successor_whose_resign_meets_a_renew_clears_its_name_again()
         });
         let conflict = || Input::Written(Err(ApiError::Conflict("Conflict".into())));
         let again = if watch_first {
-            assert!(h.feed(Input::Observed(Some(renewed.clone())), 1.05).is_empty());
+            assert!(
+                h.feed(Input::Observed(Some(renewed.clone())), 1.05)
+                    .is_empty()
+            );
             h.feed(conflict(), 1.1)
         } else {
             assert!(h.feed(conflict(), 1.1).is_empty(), "waits for the watch");
