@@ -7,6 +7,7 @@
 //! without a leader for at most one lease duration plus two retry periods
 //! at a time (docs/SECURITY.md, "Hand-over requests").
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +24,9 @@ pub struct StepAsideRequests {
     stand_aside: Duration,
     /// When the last request that made this pod stand aside came.
     last: Mutex<Option<Instant>>,
+    /// A refusal was logged since: a flood of requests is said once per
+    /// stand-aside, not once per request.
+    refusal_said: AtomicBool,
 }
 
 /// What one step-down request comes to.
@@ -51,6 +55,7 @@ impl StepAsideRequests {
             asked: Arc::new(Notify::new()),
             stand_aside: lease_duration,
             last: Mutex::new(None),
+            refusal_said: AtomicBool::new(false),
         }
     }
 
@@ -65,12 +70,19 @@ impl StepAsideRequests {
         self.asked.notified().await;
     }
 
+    /// Whether a refusal is the first since the last stand-aside (to be
+    /// logged at INFO; later ones at DEBUG).
+    pub fn first_refusal(&self) -> bool {
+        !self.refusal_said.swap(true, Ordering::Relaxed)
+    }
+
     /// Judges a request that came at `now`, and passes it on if it counts.
     pub fn ask(&self, now: Instant) -> Verdict {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         let verdict = judge(*last, now, self.stand_aside);
         if verdict == Verdict::StandAside {
             *last = Some(now);
+            self.refusal_said.store(false, Ordering::Relaxed);
             self.asked.notify_one();
         }
         verdict
@@ -150,5 +162,16 @@ mod tests {
         }
         assert_eq!(requests.ask(t0 + LEASE * 2), Verdict::StandAside);
         assert!(reached().await);
+    }
+
+    #[test]
+    fn a_flood_of_refusals_is_said_once_per_stand_aside() {
+        let requests = StepAsideRequests::new(LEASE);
+        let t0 = Instant::now();
+        requests.ask(t0);
+        assert!(requests.first_refusal());
+        assert!(!requests.first_refusal());
+        requests.ask(t0 + LEASE * 2);
+        assert!(requests.first_refusal(), "said again after the next one");
     }
 }

@@ -122,10 +122,12 @@ pub async fn handover(
             format!("not leading: already standing aside, {left:.0?} more (not extended)\n"),
         ),
         Verdict::Refused { retry_after } => {
-            tracing::info!(
-                retry_after = ?retry_after,
-                "a step-down request refused: this pod stood aside less than two lease durations ago and contends until then"
-            );
+            let why = "step-down requests refused: this pod stood aside less than two lease durations ago and contends until then";
+            if app.step_aside.first_refusal() {
+                tracing::info!(retry_after = ?retry_after, "{why}");
+            } else {
+                tracing::debug!(retry_after = ?retry_after, "{why}");
+            }
             let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
             let mut response = text(
                 StatusCode::TOO_MANY_REQUESTS,
