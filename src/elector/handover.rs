@@ -10,7 +10,8 @@
 //! later (DESIGN "Named successor"). Kubeconfig as `serve` finds it.
 //!
 //! It tells the truth about the outcome: exit 0 only when the candidate
-//! asked for holds the Lease; 1 when another one (or nobody) does, naming
+//! asked for holds the Lease — also when it already did, so nothing is
+//! written ("already holds"); 1 when another one (or nobody) does, naming
 //! who. Before writing anything it refuses (exit 64) a `--to` it can tell
 //! is no candidate: the Lease keeps no list of candidates — it records only
 //! the holder and the named successor — so the check is a `get` of the pod
@@ -196,7 +197,8 @@ enum Asked {
         term: TermId,
         target: String,
     },
-    /// While a 409 was retried, the Lease went to the target anyway.
+    /// The target holds the Lease already, or got it while a 409 was
+    /// retried: nothing (more) to ask.
     AlreadyDone(String),
 }
 
@@ -259,10 +261,14 @@ async fn ask(
         let target = match &first {
             Some((_, _, target)) => target.clone(),
             None => {
-                let named = successor_of(&current);
+                // A slot naming the holder itself names nobody yet.
+                let named = successor_of(&current).filter(|n| *n != holder);
                 let target = match request.to.map(str::to_owned).or_else(|| named.clone()) {
+                    // What was asked for is already so: a drain script goes on.
                     Some(target) if target == holder => {
-                        return Err(fail(format!("{holder} already holds lease {lease}")));
+                        return Ok(Asked::AlreadyDone(format!(
+                            "{holder} already holds lease {lease}"
+                        )));
                     }
                     Some(target) => target,
                     None => {
@@ -790,6 +796,40 @@ mod tests {
             panic!("not done")
         };
         assert_eq!(line, "b holds lease ns/demo");
+    }
+
+    #[tokio::test]
+    async fn a_to_naming_the_holder_is_done_without_a_write() {
+        let store = Scripted::default();
+        store
+            .gets
+            .lock()
+            .unwrap()
+            .push_back(Some(named("b", "c", 10)));
+        let Ok(Asked::AlreadyDone(line)) = ask_b(&store).await else {
+            panic!("not done")
+        };
+        assert_eq!(line, "b already holds lease ns/demo");
+        assert!(store.written.lock().unwrap().is_empty(), "nothing written");
+    }
+
+    #[tokio::test]
+    async fn a_slot_naming_the_holder_names_no_successor() {
+        let store = Scripted::default();
+        store
+            .gets
+            .lock()
+            .unwrap()
+            .push_back(Some(named("a", "a", 10)));
+        let Err(failure) = ask(&store, &ScriptedPods::default(), &request(None)).await else {
+            panic!("asked, or said done")
+        };
+        assert_eq!(failure.code, NOT_HANDED_OVER);
+        assert!(
+            failure.message.starts_with("no successor is named"),
+            "{}",
+            failure.message
+        );
     }
 
     #[tokio::test]

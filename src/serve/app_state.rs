@@ -61,6 +61,6 @@ pub struct AppState {
     /// `--gate-lag`: what a gate that stops slower is warned of.
     pub gate_lag: Duration,
     /// Where `POST /handover` asks the election to step down and stand
-    /// aside ([`crate::serve::step_down`]).
-    pub step_aside: Arc<tokio::sync::Notify>,
+    /// aside, at most once per two lease durations ([`crate::serve::step_down`]).
+    pub step_aside: Arc<crate::serve::step_aside::StepAsideRequests>,
 }

@@ -26,6 +26,7 @@ use crate::serve::kube_events::{self, Recorder};
 use crate::serve::metrics::{Metrics, MetricsRegistry};
 use crate::serve::published::{LeaderState, Publisher};
 use crate::serve::routing;
+use crate::serve::step_aside::StepAsideRequests;
 use crate::serve::transitions::{EventLog, LeaseLabel};
 
 /// Events kept for `Last-Event-ID` resumption.
@@ -164,7 +165,7 @@ impl LeaseStack {
             shutdown: stop_serving.clone(),
             gate_acks,
             gate_lag: config.shutdown.gate_lag,
-            step_aside: Arc::new(tokio::sync::Notify::new()),
+            step_aside: Arc::new(StepAsideRequests::new(config.lease_duration)),
         };
         let mut election = Election::new(settings, fastrand::u64(..));
         election.set_successor_claim_window(config.successor_claim_window);
@@ -213,7 +214,7 @@ impl LeaseStack {
             Inputs {
                 collector_health,
                 spread: spread.clone(),
-                step_aside: Some(app.step_aside.clone()),
+                step_aside: Some(app.step_aside.asked()),
             },
         );
         // With several Leases, every line the election logs names its Lease.

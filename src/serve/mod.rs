@@ -24,6 +24,8 @@
 //! - [`guards`]: request guards the routes share — another Lease's
 //!   `?lease=` (404), a request from outside the gate channel (403), query
 //!   values.
+//! - [`step_aside`]: how often step-down requests make this pod stand
+//!   aside (once per two lease durations), bounding what they cost a group.
 //! - [`metrics`]: Prometheus metrics; [`exposition`]: OpenMetrics or classic
 //!   text, by the scraper's `Accept`.
 //!
@@ -68,5 +70,6 @@ pub mod server;
 pub mod sidecar;
 pub mod spreading;
 pub mod sse_route;
+pub mod step_aside;
 pub mod step_down;
 pub mod transitions;

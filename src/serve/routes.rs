@@ -278,7 +278,7 @@ mod tests {
             let router = router.clone();
             async move { router.oneshot(request).await.unwrap().status() }
         };
-        let asked = |notify: Arc<tokio::sync::Notify>| async move {
+        let asked = |notify: Arc<crate::serve::step_aside::StepAsideRequests>| async move {
             tokio::time::timeout(Duration::from_millis(20), notify.notified())
                 .await
                 .is_ok()

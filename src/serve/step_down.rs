@@ -38,6 +38,22 @@
 //! network (`403`). A step-down takes this pod out of the election for a
 //! lease duration: nobody else may ask for it.
 //!
+//! What requests may cost ([`crate::serve::step_aside`]): where the gate channel
+//! is wider than the pod (a mesh, `hostNetwork` without a gate socket),
+//! whatever it admits could ask every pod every second, and a stand-aside
+//! renewed by each request kept the whole group leaderless for as long as
+//! it went on. So a pod stands aside at most once per two lease durations:
+//! a request while it stands aside does not extend it (`200`/`202`, "already
+//! standing aside"), and one within a lease duration after that is refused
+//! (`429`, `Retry-After`) — the pod leads or contends meanwhile. Every pod
+//! therefore contends for at least one lease duration in every two, and a
+//! group with a pod that can lead is without a leader for at most one lease
+//! duration plus two retry periods at a time, whatever the rate of
+//! requests (`handover_requests_to_every_pod_every_second_leave_the_group_leaderless_within_a_bound`).
+//! A graceful hand-over asks once (`prestop`, then `exec`'s own request
+//! after SIGTERM finds the pod already standing aside); a refused one still
+//! has the sidecar's own release on SIGTERM (G6).
+//!
 //! [`Input::StepAside`]: crate::elector::machine::Input::StepAside
 
 use std::sync::Arc;
@@ -45,16 +61,19 @@ use std::sync::Arc;
 use axum::extract::{Extension, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use tokio::time::Instant;
 
 use crate::serve::app_state::AppState;
 use crate::serve::gate_channel::GateChannel;
 use crate::serve::guards::not_this_pods_for_this_lease;
 use crate::serve::server::Peer;
+use crate::serve::step_aside::Verdict;
 
 /// The handler of `POST /handover[?lease=NAME]`: 202 while leading (the
 /// step-down was asked for), 200 otherwise (nothing to hand over; this pod
-/// stands aside all the same), 403 from outside the gate channel, 404 for
-/// another Lease.
+/// stands aside all the same), 429 within a lease duration after a
+/// stand-aside ended, 403 from outside the gate channel, 404 for another
+/// Lease.
 pub async fn handover(
     State(app): State<Arc<AppState>>,
     peer: Option<Extension<Peer>>,
@@ -71,23 +90,57 @@ pub async fn handover(
         return refusal;
     }
     let leading = app.state.borrow().leading_now();
-    app.step_aside.notify_one();
-    let text = if leading {
-        tracing::info!("this pod asked to hand the lease over");
+    let text = |status: StatusCode, body: String| {
         (
-            StatusCode::ACCEPTED,
-            "stepping down: a peer takes over once the gates closed; follow /leader\n",
+            status,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            body,
         )
-    } else {
-        (
-            StatusCode::OK,
-            "not leading: nothing to hand over; standing aside for a lease duration\n",
-        )
+            .into_response()
     };
-    (
-        text.0,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        text.1,
-    )
-        .into_response()
+    match app.step_aside.ask(Instant::now()) {
+        Verdict::StandAside if leading => {
+            tracing::info!("this pod asked to hand the lease over");
+            text(
+                StatusCode::ACCEPTED,
+                "stepping down: a peer takes over once the gates closed; follow /leader\n".into(),
+            )
+        }
+        Verdict::StandAside => text(
+            StatusCode::OK,
+            "not leading: nothing to hand over; standing aside for a lease duration\n".into(),
+        ),
+        // Still to be handled by the election (asked a moment ago).
+        Verdict::AlreadyAside { left } if leading => text(
+            StatusCode::ACCEPTED,
+            format!(
+                "stepping down (already asked); standing aside {left:.0?} more, not extended\n"
+            ),
+        ),
+        Verdict::AlreadyAside { left } => text(
+            StatusCode::OK,
+            format!("not leading: already standing aside, {left:.0?} more (not extended)\n"),
+        ),
+        Verdict::Refused { retry_after } => {
+            let why = "step-down requests refused: this pod stood aside less than two lease durations ago and contends until then";
+            if app.step_aside.first_refusal() {
+                tracing::info!(retry_after = ?retry_after, "{why}");
+            } else {
+                tracing::debug!(retry_after = ?retry_after, "{why}");
+            }
+            let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+            let mut response = text(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "not standing aside again yet: this pod stood aside less than two lease durations ago, \
+                     and contends (or leads) for {retry_after:.0?} more, so that requests cannot keep the \
+                     group leaderless; on SIGTERM it still hands over\n"
+                ),
+            );
+            if let Ok(value) = seconds.to_string().parse() {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            response
+        }
+    }
 }

@@ -21,6 +21,7 @@ mod file_gate;
 mod gate_socket;
 mod gates;
 mod half_close;
+mod handover_requests;
 mod http_abuse;
 mod lease_protection;
 

@@ -309,3 +309,90 @@ async fn a_resumed_term_waits_its_whole_gate_lag_for_the_gates_registered_before
         "{log}"
     );
 }
+
+/// Issue 35: `prestop` asked `a` to stand aside, and `a` is SIGKILLed during
+/// its gate lag, before the release. The state record is written by a
+/// thread (newest wins): if it still held the last renew, the restarted
+/// sidecar would resume the term that had stepped down and re-open its
+/// gates for it. The step-down clears it first, so a kill during the gate
+/// lag finds nothing to resume: the restarted sidecar waits out the Lease
+/// like any peer, and the term that stepped down never starts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_killed_during_a_step_downs_gate_lag_resumes_nothing() {
+    const TIMING: Timing = Timing::GATES;
+    const GATE_LAG: Duration = Duration::from_millis(2500);
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir("resume-after-step-down");
+    let state = dir.join("state-a");
+    let lag = format!("{}ms", GATE_LAG.as_millis());
+    let mut args = state_args(&state);
+    args.extend(["--gate-lag", lag.as_str()]);
+    let mut a = Sidecar::spawn_with(&api, &dir, "a", TIMING, &args);
+    let term = a.wait_term(TIMING.lease * 3).await;
+    let b = Sidecar::spawn_with(&api, &dir, "b", TIMING, &["--gate-lag", &lag]);
+    b.wait_serving().await;
+    b.wait_for(Duration::from_secs(5), |p| p.holder() == Some("a"))
+        .await;
+    let record = || {
+        std::fs::read_dir(&state)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "json"))
+    };
+    assert!(record().is_some(), "the leader keeps a record");
+
+    let asked = Instant::now();
+    let status = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-m",
+            "2",
+            "-w",
+            "%{http_code}",
+            "-X",
+        ])
+        .arg("POST")
+        .arg(format!("http://{}/handover", a.gate))
+        .output()
+        .expect("curl runs");
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "202");
+    a.wait_for(Duration::from_secs(1), |p| !p.leading()).await;
+    // Within the gate lag: stepped down, not yet released.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(asked.elapsed() < GATE_LAG);
+    let lease = api.lease(LEASE).expect("the lease");
+    assert_eq!(lease["spec"]["holderIdentity"], "a", "not released yet");
+    assert_eq!(record(), None, "the step-down cleared the record");
+    a.signal(libc::SIGKILL);
+    assert!(a.wait_exit(Duration::from_secs(5)).await.is_some());
+
+    let a = Sidecar::spawn_on(&api, &dir, "a", TIMING, a.gate, &args);
+    a.wait_serving().await;
+    // The killed write is held for a lease duration from when each saw it:
+    // nobody leads within the old term's renew deadline, a least of all.
+    tokio::time::sleep(TIMING.renew_deadline).await;
+    let probe = a.leader().await.expect("answers");
+    assert!(
+        !probe.leading(),
+        "resumed the term that stepped down: {probe:?}"
+    );
+    let (first, _) = tokio::select! {
+        p = a.wait_leading(TIMING.lease * 3) => ("a", p),
+        p = b.wait_leading(TIMING.lease * 3) => ("b", p),
+    };
+    let probe = if first == "a" {
+        a.leader().await
+    } else {
+        b.leader().await
+    }
+    .expect("answers");
+    assert_ne!(
+        probe.term(),
+        Some(term.as_str()),
+        "the term that stepped down never starts again ({first} leads)"
+    );
+    let log = a.log();
+    assert!(!log.contains("its term resumes"), "{log}");
+}

@@ -140,7 +140,9 @@ pub struct Inputs {
     pub spread: Option<watch::Receiver<Spread>>,
     /// Step-down requests from this pod (`POST /handover` on the gate
     /// channel): each one becomes [`Input::StepAside`] for one lease
-    /// duration.
+    /// duration. The route notifies at most once per two lease durations
+    /// (`serve::step_aside`), which bounds how long requests can keep a
+    /// group leaderless.
     pub step_aside: Option<Arc<tokio::sync::Notify>>,
 }
 

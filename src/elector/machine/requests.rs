@@ -371,11 +371,20 @@ impl Election {
                 if purpose == Purpose::Renew {
                     self.renew_unreachable = error.is_unreachable();
                 }
-                if purpose == Purpose::Successor && self.holds_elsewhere() && !self.shutting_down {
-                    // Holding another Lease may last a whole term: a name
-                    // we failed to clear is cleared again (after the
-                    // backoff), or no pod holding none could claim the slot.
-                    // A stopping successor tries once; its fallback covers it.
+                let conflict = matches!(error, ApiError::Conflict(_));
+                if purpose == Purpose::Successor
+                    && (conflict || self.holds_elsewhere() && !self.shutting_down)
+                {
+                    // A 409 is someone else's write (a renew, most often):
+                    // the decision stands, so a name we failed to clear is
+                    // cleared again from the newer object — or the next
+                    // graceful release names a pod that stands back, and the
+                    // group waits the fallback. Holding another Lease may
+                    // last a whole term: cleared again after any failure
+                    // (after the backoff), or no pod holding none could
+                    // claim the slot. A stopping or unhealthy successor
+                    // whose write failed otherwise tries once; its fallback
+                    // covers it.
                     self.successor.resigned = false;
                 }
                 let current_rv = self

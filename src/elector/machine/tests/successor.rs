@@ -402,6 +402,53 @@ fn a_successor_that_stops_clears_its_own_name_once() {
 }
 
 #[test]
+fn a_standing_aside_successor_whose_resign_meets_a_renew_clears_its_name_again() {
+    // Issue 35: b, the named successor, is asked to stand aside; its resign
+    // is answered 409 because a's renew landed first. Cleared only once,
+    // the name stayed, and a's next graceful release named a pod standing
+    // aside: the group waited the fallback. Now a 409 (someone else wrote;
+    // the decision stands) clears it again from the newer object.
+    for watch_first in [false, true] {
+        let mut h = Harness::new("b");
+        let held = h.server_sets(LeaseBuilder::held_by("a").annotation(SUCCESSOR_ANNOTATION, "b"));
+        h.feed(Input::Observed(Some(held)), 0.0);
+        let stand_aside = Duration::from_secs(15);
+        let actions = h.feed(Input::StepAside { stand_aside }, 1.0);
+        let [resign] = &actions[..] else {
+            panic!("one write: {actions:?}")
+        };
+        assert_eq!(write_of(resign).purpose, Purpose::Successor);
+        // a renews before the resign arrives.
+        let renewed = edit(&mut h, |o| {
+            o.data["spec"]["renewTime"] = json!("2026-12-06T05:00:01.000000Z");
+        });
+        let conflict = || Input::Written(Err(ApiError::Conflict("Conflict".into())));
+        let again = if watch_first {
+            assert!(
+                h.feed(Input::Observed(Some(renewed.clone())), 1.05)
+                    .is_empty()
+            );
+            h.feed(conflict(), 1.1)
+        } else {
+            assert!(h.feed(conflict(), 1.1).is_empty(), "waits for the watch");
+            h.feed(Input::Observed(Some(renewed.clone())), 1.15)
+        };
+        let [again] = &again[..] else {
+            panic!("the resign again ({watch_first}): {again:?}")
+        };
+        let write = write_of(again);
+        assert_eq!(write.purpose, Purpose::Successor);
+        let mut expected = renewed.object().clone();
+        set_annotation(&mut expected, SUCCESSOR_ANNOTATION, None);
+        assert_eq!(object_of(write), &expected, "from the renewed object");
+        let stored = h.accept(again);
+        assert_eq!(successor_of(&stored), None);
+        h.feed(Input::Written(Ok(stored)), 1.2);
+        assert_eq!(h.first_write(1.2, 15.9), None, "then stands aside");
+    }
+}
+
+#[test]
 fn a_renew_answered_409_because_a_claim_landed_is_retried_at_once_from_the_claimed_object() {
     let mut h = Harness::new("me");
     let t = h.lead();
