@@ -404,7 +404,9 @@ async fn hand_over(url: &crate::client::url::GateUrl) {
 const HAND_OVER_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn log(message: &str) {
-    eprintln!("leader-gate exec: {message}");
+    // Through tracing: `leader-gate exec: message` as text, or the pod's
+    // JSON lines (main.rs sets the format up).
+    tracing::info!("{message}");
 }
 
 /// The signals `exec` handles.
