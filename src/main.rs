@@ -1,7 +1,8 @@
 //! The `leader-gate` binary: parses flags ([`leader_gate::cli`]) and runs
 //! the sidecar ([`leader_gate::serve::sidecar`]) or a client (`watch`,
-//! `exec`, `file-gate`, `status`, `wait`, `prestop`, `install`, `handover`);
-//! exit codes are in [`leader_gate::exit`].
+//! `exec`, `file-gate`, `status`, `wait`, `prestop`, `install`, `handover`),
+//! each logging on stderr in its `--log-format` (a refused command line
+//! too); exit codes are in [`leader_gate::exit`].
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
