@@ -559,7 +559,7 @@ fn follow(
                         reason.as_str()
                     ),
                 ),
-                Signal::Connected | Signal::Disconnected(_) => {}
+                Signal::Connected | Signal::Disconnected(_) | Signal::Resumed(_) => {}
             }
         }
     })

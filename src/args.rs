@@ -4,7 +4,9 @@
 //! that breaks a rule ([`ConfigError`]: one line naming the flag and the
 //! rule, exit 64), and the bound on `/events` keep-alives that the sidecar's
 //! flag obeys and its clients rely on ([`MAX_KEEP_ALIVE`]). Durations are
-//! in [`crate::duration`]. Nothing of the project is imported here.
+//! in [`crate::duration`]. Every subcommand's `--log-format`
+//! ([`LogArgs`]) is here too, so one pod's containers log in one format.
+//! Nothing of the project is imported here.
 
 use std::time::Duration;
 
@@ -12,6 +14,25 @@ use std::time::Duration;
 /// is bounded by it): a stream may miss two keep-alives before its client
 /// gives it up.
 pub const MAX_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// How every subcommand writes its log lines on stderr: `text` for a
+/// person, `json` one object per line (`timestamp`, `level`,
+/// `fields.message`, `target`) for a log pipeline. A pod's containers
+/// should all say the same, so its log is one format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `--log-format`, the same flag and variable for every subcommand.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct LogArgs {
+    /// Log format on stderr (the level comes from RUST_LOG, default info).
+    /// Give every leader-gate container of a pod the same.
+    #[arg(long, env = "LEADER_GATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
 
 /// A configuration value that breaks a rule.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]

@@ -6,6 +6,7 @@
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::args::{LogArgs, LogFormat};
 use crate::client::exec::ExecArgs;
 use crate::client::file_gate::FileGateArgs;
 use crate::client::prestop::PrestopArgs;
@@ -57,6 +58,42 @@ pub struct InstallArgs {
     /// Where to put the copy (mode 0755), e.g. /gate/leader-gate.
     #[arg(value_name = "DEST")]
     pub dest: std::path::PathBuf,
+
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+impl Command {
+    /// The subcommand's name, as its text log lines begin: `leader-gate NAME: `.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Serve(_) => "serve",
+            Self::Watch(_) => "watch",
+            Self::Exec(_) => "exec",
+            Self::FileGate(_) => "file-gate",
+            Self::Status(_) => "status",
+            Self::Wait(_) => "wait",
+            Self::Prestop(_) => "prestop",
+            Self::Install(_) => "install",
+            Self::Handover(_) => "handover",
+        }
+    }
+
+    /// `--log-format`, which every subcommand takes.
+    pub fn log_format(&self) -> LogFormat {
+        let log = match self {
+            Self::Serve(args) => args.log,
+            Self::Watch(args) => args.client.log,
+            Self::Exec(args) => args.client.log,
+            Self::FileGate(args) => args.client.log,
+            Self::Status(client) => client.log,
+            Self::Wait(args) => args.client.log,
+            Self::Prestop(args) => args.client.log,
+            Self::Install(args) => args.log,
+            Self::Handover(args) => args.log,
+        };
+        log.log_format
+    }
 }
 
 /// What a command line clap refused prints (`rendered`: clap's own text):

@@ -8,7 +8,8 @@
 //! HTTP). Each side owns its flags: `serve`'s in [`serve::config`], each
 //! client's next to it, `handover`'s in [`elector::handover`]; [`cli`]
 //! composes them into the one command line. [`args`] (what several sides'
-//! flags share: Kubernetes names, the namespace, a bad flag's error),
+//! flags share: Kubernetes names, the namespace, a bad flag's error, the
+//! log format),
 //! [`duration`], [`exit`], [`clock`] and [`backoff`] are shared by all three
 //! sides and import nothing of them.
 //!

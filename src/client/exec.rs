@@ -455,7 +455,7 @@ async fn end_the_term_here(feed: &mut Feed, why: &str) {
             signal = feed.next() => match signal {
                 Signal::Event(_) => break,
                 Signal::Disconnected(_) => return,
-                Signal::Connected | Signal::Expired { .. } => {}
+                Signal::Connected | Signal::Expired { .. } | Signal::Resumed(_) => {}
             },
             () = tokio::time::sleep_until(deadline) => return,
         }
@@ -499,7 +499,9 @@ async fn hand_over(url: &crate::client::url::GateUrl) {
 const HAND_OVER_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn log(message: &str) {
-    eprintln!("leader-gate exec: {message}");
+    // Through tracing: `leader-gate exec: message` as text, or the pod's
+    // JSON lines (main.rs sets the format up).
+    tracing::info!("{message}");
 }
 
 /// The signals `exec` handles.

@@ -33,7 +33,7 @@ use crate::args::MAX_KEEP_ALIVE;
 use crate::backoff::Backoff;
 use crate::client::place::Place;
 use crate::client::sse_reader::{SseMessage, SseParser};
-use crate::client::url::GateUrl;
+use crate::client::url::{GateUrl, RequestError};
 use crate::clock::{BootInstant, boot_clock_id};
 
 /// Reconnect when not even a keep-alive arrived for this long.
@@ -98,8 +98,13 @@ pub enum Signal {
     Expired { term: String, reason: LocalStop },
     /// Subscribed (again).
     Connected,
-    /// The stream broke or cannot be opened; said once per outage.
+    /// The stream broke or cannot be opened; said once per outage, naming
+    /// the sidecar and what the outage means for a term held here.
     Disconnected(String),
+    /// After an outage during which a term was held here, the sidecar
+    /// confirmed that same term again: nothing of it was stopped, and the
+    /// message says so.
+    Resumed(String),
 }
 
 impl Signal {
@@ -112,6 +117,7 @@ impl Signal {
                 reason.as_str()
             )),
             Self::Disconnected(why) => Some(format!("{why}; retrying")),
+            Self::Resumed(what) => Some(what.clone()),
             Self::Event(_) | Self::Connected => None,
         }
     }
@@ -146,6 +152,9 @@ pub struct Feed {
     stopped: Option<String>,
     /// The Lease the sidecar's events said they are of, and its place.
     place: Option<Place>,
+    /// The term held here when the outage now under way was reported: its
+    /// confirmation after a reconnect is said ([`Signal::Resumed`]).
+    held_through_outage: Option<String>,
 }
 
 struct Stream {
@@ -174,6 +183,7 @@ impl Feed {
             stops_within: None,
             stopped: None,
             place: None,
+            held_through_outage: None,
         }
     }
 
@@ -274,6 +284,7 @@ impl Feed {
             {
                 let term = validity.term.clone();
                 self.validity = None;
+                self.held_through_outage = None;
                 let reason = if self.stream.is_some() {
                     // A stream that missed a renewal may be stalled: start over.
                     self.stream = None;
@@ -304,9 +315,24 @@ impl Feed {
         };
         let quiet_until = stream.heard_at + IDLE_TIMEOUT;
         let frame = match tokio::time::timeout_at(quiet_until, stream.body.frame()).await {
-            Err(_) => return self.lost(format!("nothing received for {IDLE_TIMEOUT:?}")),
-            Ok(None) => return self.lost("the stream ended".into()),
-            Ok(Some(Err(error))) => return self.lost(error.to_string()),
+            Err(_) => {
+                return self.lost(format!(
+                    "nothing received on the event stream from the sidecar at {} for {IDLE_TIMEOUT:?}",
+                    self.url
+                ));
+            }
+            Ok(None) => {
+                return self.lost(format!(
+                    "the sidecar at {} ended the event stream",
+                    self.url
+                ));
+            }
+            Ok(Some(Err(error))) => {
+                return self.lost(format!(
+                    "the event stream from the sidecar at {} broke ({error})",
+                    self.url
+                ));
+            }
             Ok(Some(Ok(frame))) => frame,
         };
         let received = BootInstant::now();
@@ -318,6 +344,7 @@ impl Feed {
             let data = serde_json::from_str(&sse.data).unwrap_or(Value::Null);
             let message = Message { sse, data };
             self.apply(&message, received);
+            self.say_resumed(&message);
             self.ready.push_back(Signal::Event(message));
         }
     }
@@ -367,7 +394,12 @@ impl Feed {
                     self.url,
                 ))
             }
-            Err(error) => self.lost(error.to_string()),
+            // "cannot connect to ADDR: …" names the sidecar already.
+            Err(error @ RequestError::Connect { .. }) => self.lost(error.to_string()),
+            Err(error) => self.lost(format!(
+                "cannot subscribe to the sidecar at {}: {error}",
+                self.url
+            )),
         }
     }
 
@@ -378,8 +410,62 @@ impl Feed {
         self.retry_at = Instant::now() + RECONNECT.delay(self.failures, 0.0);
         if !self.down_reported {
             self.down_reported = true;
-            self.ready.push_back(Signal::Disconnected(why));
+            let outcome = self.outage_outcome();
+            self.ready
+                .push_back(Signal::Disconnected(format!("{why}{outcome}")));
         }
+    }
+
+    /// What an outage means for the term held here, if one is: it stays
+    /// until its validity runs out, unless the sidecar confirms it again.
+    fn outage_outcome(&mut self) -> String {
+        let Some(validity) = self.leading() else {
+            self.held_through_outage = None;
+            return String::new();
+        };
+        let (term, left) = (validity.term.clone(), validity.until.remaining());
+        let what = if self.gate.is_some() {
+            "what this gate keeps for term"
+        } else {
+            "leadership of term"
+        };
+        let said = format!(
+            ": {what} {term} stays for at most {:.1}s (its validity) unless the sidecar confirms the term again",
+            left.as_secs_f64()
+        );
+        self.held_through_outage = Some(term);
+        said
+    }
+
+    /// After an outage: whether `message` confirmed the term held through
+    /// it, which is then said once.
+    fn say_resumed(&mut self, message: &Message) {
+        let Some(held) = self.held_through_outage.as_deref() else {
+            return;
+        };
+        if !matches!(
+            message.sse.event.as_str(),
+            "state" | "started-leading" | "renewed" | "stopped-leading"
+        ) || self
+            .url
+            .lease()
+            .is_some_and(|name| message.data["lease"]["name"] != name)
+        {
+            return; // says nothing about the term followed
+        }
+        if self.validity.as_ref().is_some_and(|v| v.term == held) {
+            let what = if self.gate.is_some() {
+                "what this gate keeps for it stays"
+            } else {
+                "it went on"
+            };
+            self.ready.push_back(Signal::Resumed(format!(
+                "the sidecar at {} confirmed term {held} again after the outage: {what}",
+                self.url
+            )));
+        }
+        // Confirmed, or over (the gate says what it stops).
+        self.held_through_outage = None;
     }
 
     /// The validity rule.
@@ -665,6 +751,79 @@ mod tests {
             event,
             serde_json::json!({"term": term, "valid_for_ms": valid_for_ms}),
         )
+    }
+
+    /// The outage line names the sidecar and says what happens to the term
+    /// held here; the term confirmed again after it is said too, once.
+    #[test]
+    fn an_outage_says_which_sidecar_and_what_the_held_term_keeps() {
+        let mut feed = Feed::registered(
+            GateUrl::parse("http://127.0.0.1:4040").unwrap(),
+            "file-gate",
+            true,
+        );
+        feed.apply(
+            &json_msg("started-leading", "u/1", 10_000),
+            BootInstant::now(),
+        );
+        feed.lost("the event stream from the sidecar at 127.0.0.1:4040 broke (error reading a body from connection)".into());
+        let Some(Signal::Disconnected(why)) = feed.ready.pop_front() else {
+            panic!("the outage is reported");
+        };
+        let line = Signal::Disconnected(why).log_line().unwrap();
+        assert!(
+            line.starts_with(
+                "the event stream from the sidecar at 127.0.0.1:4040 broke (error reading a body from connection): \
+                 what this gate keeps for term u/1 stays for at most "
+            ) && line.ends_with(
+                "s (its validity) unless the sidecar confirms the term again; retrying"
+            ),
+            "{line}"
+        );
+        // Reconnected: the state confirms the same term.
+        let state = message(
+            "state",
+            serde_json::json!({"leading": true, "term": "u/1", "valid_for_ms": 10_000}),
+        );
+        feed.apply(&state, BootInstant::now());
+        feed.say_resumed(&state);
+        let resumed = feed.ready.pop_front().and_then(|s| s.log_line());
+        assert_eq!(
+            resumed.as_deref(),
+            Some(
+                "the sidecar at 127.0.0.1:4040 confirmed term u/1 again after the outage: what this gate keeps for it stays"
+            )
+        );
+        feed.say_resumed(&state);
+        assert!(feed.ready.is_empty(), "said once");
+
+        // An outage while not leading says nothing of a term; one whose
+        // term ended while it lasted says no resumption.
+        feed.down_reported = false;
+        feed.apply(
+            &message("stopped-leading", serde_json::json!({"term": "u/1"})),
+            BootInstant::now(),
+        );
+        feed.lost("the sidecar at 127.0.0.1:4040 ended the event stream".into());
+        let Some(Signal::Disconnected(why)) = feed.ready.pop_front() else {
+            panic!("the outage is reported");
+        };
+        assert_eq!(why, "the sidecar at 127.0.0.1:4040 ended the event stream");
+        feed.down_reported = false;
+        feed.apply(
+            &json_msg("started-leading", "u/2", 10_000),
+            BootInstant::now(),
+        );
+        feed.lost("gone".into());
+        feed.ready.clear();
+        let other = message(
+            "state",
+            serde_json::json!({"leading": false, "last_term": "u/2", "valid_for_ms": 0}),
+        );
+        feed.apply(&other, BootInstant::now());
+        feed.say_resumed(&other);
+        assert!(feed.ready.is_empty(), "the term ended: nothing resumed");
+        assert_eq!(feed.held_through_outage, None);
     }
 
     #[tokio::test]

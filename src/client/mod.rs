@@ -1,8 +1,8 @@
 //! The client side: subcommands that ask a sidecar's gate listener whether
 //! this pod leads, for collectors that cannot ask themselves.
 //!
-//! - [`url`]: the flags every client takes (`--url`, `--lease`:
-//!   [`url::ClientArgs`]), and plain HTTP requests.
+//! - [`url`]: the flags every client takes (`--url`, `--lease`,
+//!   `--log-format`: [`url::ClientArgs`]), and plain HTTP requests.
 //! - [`sse_reader`]: the `text/event-stream` parser.
 //! - [`feed`]: the one consumer of `/events` that applies the validity rule
 //!   (leadership ends at *receive time + valid_for_ms* unless renewed, and at
@@ -20,6 +20,10 @@
 //! - [`file_gate`]: `leader-gate file-gate SRC:DST…`, files present only while leading.
 //!
 //! Each client's own flags are next to it (`WatchArgs` in [`watch`], …).
+//!
+//! Each client says what it does on stderr through one funnel, `log`, in
+//! `tracing` (main.rs sets up the format: `leader-gate NAME: …` or JSON);
+//! stdout is the product of `watch` and `status`.
 //!
 //! Nothing here touches the server side's state: clients know the sidecar
 //! only through HTTP, as a collector would.

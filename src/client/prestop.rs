@@ -167,7 +167,9 @@ fn handed_over(body: &[u8]) -> Option<Option<String>> {
 }
 
 fn log(message: &str) {
-    eprintln!("leader-gate prestop: {message}");
+    // Through tracing: `leader-gate prestop: message` as text, or the pod's
+    // JSON lines (main.rs sets the format up).
+    tracing::info!("{message}");
 }
 
 #[cfg(test)]

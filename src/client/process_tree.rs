@@ -142,9 +142,7 @@ impl Tree {
             match Guard::spawn(OnDeath::KillGroup(pid)) {
                 Ok(guard) => Some(guard),
                 Err(error) => {
-                    eprintln!(
-                        "leader-gate exec: cannot start the guard of process group {pid}: {error}"
-                    );
+                    tracing::warn!("cannot start the guard of process group {pid}: {error}");
                     None
                 }
             }
@@ -174,7 +172,7 @@ impl Tree {
             if pid == self.pid {
                 self.status = Some(ExitStatus::from_raw(status));
             } else if self.guard.as_ref().is_some_and(|g| g.pid() == pid) {
-                eprintln!("leader-gate exec: the guard (pid {pid}) died");
+                tracing::warn!("the guard (pid {pid}) died");
                 self.guard = None;
             }
         }

@@ -75,7 +75,7 @@ pub async fn wait(url: GateUrl, timeout: Option<Duration>) -> bool {
                 return;
             }
             if let Signal::Disconnected(why) = feed.next().await {
-                eprintln!("leader-gate wait: {why}; retrying");
+                log(&format!("{why}; retrying"));
             }
         }
     };
@@ -86,4 +86,9 @@ pub async fn wait(url: GateUrl, timeout: Option<Duration>) -> bool {
             true
         }
     }
+}
+
+/// Said on stderr (stdout is the answer): as text or the pod's JSON lines.
+fn log(message: &str) {
+    tracing::info!("{message}");
 }

@@ -13,13 +13,13 @@ use hyper::{Method, Request, Response, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpStream, UnixStream};
 
-use crate::args::is_dns1123_subdomain;
+use crate::args::{LogArgs, is_dns1123_subdomain};
 
 /// The default gate listener.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:4040";
 
-/// What every client takes: the sidecar's gate listener, and which of its
-/// Leases to follow.
+/// What every client takes: the sidecar's gate listener, which of its
+/// Leases to follow, and the log format.
 #[derive(Debug, Args)]
 pub struct ClientArgs {
     /// The sidecar's gate listener (a trailing /events or /leader is accepted).
@@ -30,6 +30,9 @@ pub struct ClientArgs {
     /// its --lease-name, or NAME-I of its --shards).
     #[arg(long, env = "LEADER_GATE_LEASE", value_parser = parse_lease)]
     pub lease: Option<String>,
+
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 impl ClientArgs {

@@ -39,9 +39,9 @@ pub async fn run(url: GateUrl, json: bool, mut out: impl Write) -> std::io::Erro
                 event_line(&message, json)
             }
             Signal::Expired { term, reason } => local_stop_line(&term, reason, feed.place(), json),
-            Signal::Connected => continue,
+            Signal::Connected | Signal::Resumed(_) => continue,
             Signal::Disconnected(why) => {
-                eprintln!("leader-gate watch: {why}; reconnecting");
+                log(&format!("{why}; reconnecting"));
                 continue;
             }
         };
@@ -128,6 +128,11 @@ pub fn human_line(message: &SseMessage) -> String {
         }
     }
     line
+}
+
+/// Said on stderr (stdout is the events): as text or the pod's JSON lines.
+fn log(message: &str) {
+    tracing::info!("{message}");
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use futures::future::BoxFuture;
 use kube::api::{Api, ApiResource, DynamicObject};
 use tokio::time::{Instant, timeout_at};
 
-use crate::args::{is_dns1123_subdomain, resolve_namespace};
+use crate::args::{LogArgs, is_dns1123_subdomain, resolve_namespace};
 use crate::duration::parse_duration;
 use crate::elector::api_error::ApiError;
 use crate::elector::lease::{Lease, TermId};
@@ -70,6 +70,9 @@ pub struct HandoverArgs {
     /// and waiting for the new holder — after which it gives up (exit 1).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
+
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 /// Why the hand-over could not be asked for or was not seen done.
@@ -114,7 +117,7 @@ pub async fn run(args: HandoverArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(failure) => {
-            eprintln!("leader-gate handover: {}", failure.message);
+            tracing::error!("{}", failure.message);
             ExitCode::from(failure.code)
         }
     }
@@ -185,7 +188,7 @@ async fn hand_over(args: HandoverArgs) -> Result<String, Failure> {
         } => (holder, term, target),
         Asked::AlreadyDone(line) => return Ok(line),
     };
-    eprintln!("leader-gate handover: asked {holder} to hand lease {lease} over to {target}");
+    tracing::info!("asked {holder} to hand lease {lease} over to {target}");
     wait_for_new_holder(&store, &request, &holder, &term, &target).await
 }
 
@@ -429,8 +432,8 @@ async fn wait_for_new_holder(
                 Err(_) | Ok(None) => return Err(timed_out(&last)),
                 Ok(Some(Ok(current))) => current,
                 Ok(Some(Err(error))) => {
-                    eprintln!(
-                        "leader-gate handover: cannot watch lease {lease} ({error}); reading it every {READ_EVERY:?} instead"
+                    tracing::warn!(
+                        "cannot watch lease {lease} ({error}); reading it every {READ_EVERY:?} instead"
                     );
                     watch = None;
                     continue;
@@ -441,8 +444,8 @@ async fn wait_for_new_holder(
                 Ok(Ok(current)) => current,
                 Ok(Err(error)) => {
                     if !std::mem::replace(&mut read_failed, true) {
-                        eprintln!(
-                            "leader-gate handover: cannot read lease {lease} ({error}); trying again every {READ_EVERY:?}"
+                        tracing::warn!(
+                            "cannot read lease {lease} ({error}); trying again every {READ_EVERY:?}"
                         );
                     }
                     if timeout_at(deadline, tokio::time::sleep(READ_EVERY))

@@ -236,6 +236,10 @@ async fn check_every(
     }
 }
 
+/// The first failures of a collector never seen passing.
+const NOT_PASSED_YET: &str = "the collector has not passed its health check yet: contending anyway \
+     (usual before it has started, and on a follower whose collector runs only while it leads)";
+
 /// Says what a check showed, once per change of episode.
 fn log_check(
     url: &Uri,
@@ -250,8 +254,9 @@ fn log_check(
             if tracker.failures_in_a_row() == tracker.threshold() && !tracker.ever_passed() =>
         {
             // Expected before the collector starts, and on every follower
-            // under `leader-gate exec`: said once, not as a warning.
-            tracing::info!(%url, %error, "the collector has not passed its health check yet (under leader-gate exec it runs only on the leader): contending anyway");
+            // whose collector runs only while it leads: said once, not as a
+            // warning, in words true in every pod (with or without a gate).
+            tracing::info!(%url, %error, "{NOT_PASSED_YET}");
         }
         Err(error) if tracker.failures_in_a_row() == tracker.threshold() => {
             // Once per episode.
@@ -373,6 +378,46 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
+
+    /// A collector not passing yet is said in words true in every pod:
+    /// they do not claim a gate (`exec`) the pod may not have.
+    #[test]
+    fn a_collector_not_passing_yet_is_said_without_claiming_a_gate() {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let url = parse_url("http://127.0.0.1:5066/stats").unwrap();
+        let mut tracker = Tracker::new(2);
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..3 {
+                tracker.record(false);
+                log_check(
+                    &url,
+                    &Err(CheckError::Status(StatusCode::SERVICE_UNAVAILABLE)),
+                    false,
+                    &tracker,
+                );
+            }
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.matches(NOT_PASSED_YET).count(), 1, "said once: {text}");
+        assert!(!text.contains("exec"), "{text}");
+        assert!(text.contains(" INFO "), "not a warning: {text}");
+    }
 
     #[test]
     fn only_http_urls_with_a_host_are_accepted() {

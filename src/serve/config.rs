@@ -6,11 +6,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, ValueEnum};
+use clap::{ArgAction, Args};
 
 use crate::args::{
-    ConfigError, MAX_KEEP_ALIVE, invalid, is_dns1123_label, is_dns1123_subdomain,
-    validate_namespace,
+    ConfigError, LogArgs, LogFormat, MAX_KEEP_ALIVE, invalid, is_dns1123_label,
+    is_dns1123_subdomain, validate_namespace,
 };
 use crate::duration::{HumanDuration, parse_duration};
 use crate::elector::driver::ShutdownOptions;
@@ -101,9 +101,8 @@ pub struct ServeArgs {
     #[arg(long, env = "LEADER_GATE_EVENTS_KEEP_ALIVE", default_value = "15s", value_parser = parse_duration)]
     pub events_keep_alive: Duration,
 
-    /// Log format on stderr (the level comes from RUST_LOG, default info).
-    #[arg(long, env = "LEADER_GATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub log: LogArgs,
 
     /// The collector's HTTP health endpoint (http:// only), e.g. Metricbeat's
     /// http://127.0.0.1:5066/stats, checked every --retry-period: a leader
@@ -187,12 +186,6 @@ pub struct ServeArgs {
     /// fewer colliding claims (about candidates x 10 ms / window).
     #[arg(long, env = "LEADER_GATE_SUCCESSOR_CLAIM_WINDOW", default_value = "60s", value_parser = parse_duration)]
     pub successor_claim_window: Duration,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 /// The longest `--lease-duration`: far below the int32 of the API, and a
@@ -283,7 +276,7 @@ impl ServeArgs {
             gate_acks,
             max_subscribers,
             events_keep_alive,
-            log_format,
+            log: LogArgs { log_format },
             collector_health_url,
             collector_health_failures,
             collector_health_grace,

@@ -24,6 +24,7 @@ use crate::serve::config::ServeConfig;
 use crate::serve::gate_channel::{self, GateChannel};
 use crate::serve::lease_stack::{LeaseStack, Process};
 use crate::serve::metrics::MetricsRegistry;
+use crate::serve::published::LeaderState;
 use crate::serve::routes;
 use crate::serve::server::{self, Limits};
 use crate::serve::spreading;
@@ -181,10 +182,12 @@ pub async fn run(config: ServeConfig) -> ExitCode {
             return ExitCode::from(exit::SOFTWARE);
         }
     };
-    tracing::info!(
-        signal = first.name,
-        "shutting down: stepping down, then releasing the lease"
-    );
+    // Per Lease, what the shutdown does with it: a pod that does not lead
+    // (it handed over a moment ago, say) has nothing to step down from.
+    for lease in &leases {
+        let plan = shutdown_plan(&lease.app.state.borrow(), config.shutdown.release);
+        tracing::info!(signal = first.name, lease = %lease.app.lease_name, "shutting down: {plan}");
+    }
     tokio::spawn(async move {
         let second = signals.next().await;
         tracing::warn!(signal = second.name, "second signal: exiting at once");
@@ -287,9 +290,53 @@ impl Signals {
     }
 }
 
+/// What the shutdown does with a Lease, as its published state shows it
+/// when the signal arrives.
+fn shutdown_plan(state: &LeaderState, release: bool) -> &'static str {
+    match (state.leading, state.own_record, release) {
+        (true, _, true) => "stepping down, then releasing the lease",
+        (true, _, false) => {
+            "stepping down; not releasing the lease (--release-on-shutdown=false): peers take it once it expires"
+        }
+        (false, true, true) => "not leading; releasing this pod's record of the lease",
+        (false, true, false) => {
+            "not leading; this pod's record of the lease is left to expire (--release-on-shutdown=false)"
+        }
+        (false, false, _) => "not leading: nothing to step down from or release",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shutdown_line_says_what_a_pod_that_does_not_lead_does() {
+        let follower = LeaderState::initial();
+        assert_eq!(
+            shutdown_plan(&follower, true),
+            "not leading: nothing to step down from or release"
+        );
+        let stepped_down = LeaderState {
+            own_record: true,
+            ..LeaderState::initial()
+        };
+        assert_eq!(
+            shutdown_plan(&stepped_down, true),
+            "not leading; releasing this pod's record of the lease"
+        );
+        let leader = LeaderState {
+            leading: true,
+            own_record: true,
+            ..LeaderState::initial()
+        };
+        assert_eq!(
+            shutdown_plan(&leader, true),
+            "stepping down, then releasing the lease"
+        );
+        assert!(shutdown_plan(&leader, false).contains("not releasing"));
+        assert!(shutdown_plan(&stepped_down, false).contains("left to expire"));
+    }
 
     #[tokio::test]
     async fn a_panicking_election_task_is_noticed_before_any_signal() {

@@ -632,7 +632,9 @@ fn guard(mappings: &[Mapping], post: Option<Post>) -> Option<Guard> {
 }
 
 fn log(message: &str) {
-    eprintln!("leader-gate file-gate: {message}");
+    // Through tracing: `leader-gate file-gate: message` as text, or the pod's
+    // JSON lines (main.rs sets the format up).
+    tracing::info!("{message}");
 }
 
 #[cfg(test)]

@@ -407,6 +407,7 @@ impl Driver {
     /// One turn: feed the input, publish, then act.
     async fn step(&mut self, input: Input) {
         let shutdown_release = matches!(input, Input::Release { .. });
+        let gone = holder_gone(&input);
         let now = now();
         let before = self.election.snapshot(now.instant);
         let (conflicts_before, _) = self.election.identity_conflicts();
@@ -424,7 +425,7 @@ impl Driver {
         if before.leading && !after.leading {
             self.stepped_down_at = Some(Instant::now());
         }
-        log_transition(&before, &after, &self.election.settings().identity);
+        log_transition(&before, &after, &self.election.settings().identity, gone);
         for action in actions {
             match action {
                 Action::Write(write) if write.purpose == Purpose::Release => {
@@ -847,7 +848,29 @@ async fn with_timeout<T>(
         .unwrap_or(Err(ApiError::Timeout(limit)))
 }
 
-fn log_transition(before: &Snapshot, after: &Snapshot, identity: &str) {
+/// How a live holder would have gone at this input: the Lease as read
+/// shows a marked release or no Lease; otherwise its record ran out.
+fn holder_gone(input: &Input) -> HolderGone {
+    let lease = match input {
+        Input::Observed(lease) | Input::Read(Ok(lease)) => lease.as_ref(),
+        Input::Written(Ok(lease)) => Some(lease),
+        _ => return HolderGone::Expired,
+    };
+    match lease {
+        None => HolderGone::Deleted,
+        Some(lease) if lease.is_marked_released() => HolderGone::Released,
+        Some(_) => HolderGone::Expired,
+    }
+}
+
+#[derive(Clone, Copy)]
+enum HolderGone {
+    Released,
+    Deleted,
+    Expired,
+}
+
+fn log_transition(before: &Snapshot, after: &Snapshot, identity: &str, gone: HolderGone) {
     if !before.leading && after.leading {
         let term = after.term.as_ref().map(ToString::to_string);
         tracing::info!(identity, term, "started leading");
@@ -868,7 +891,26 @@ fn log_transition(before: &Snapshot, after: &Snapshot, identity: &str) {
         }
     }
     if before.holder != after.holder && !after.leading {
-        tracing::info!(holder = after.holder.as_deref(), "observed leader changed");
+        match (before.holder.as_deref(), after.holder.as_deref()) {
+            // Nobody holds it now: say how the last holder went, not "changed".
+            (Some(previous), None) => match gone {
+                HolderGone::Released => {
+                    tracing::info!(previous, "the Lease was released by {previous}: no holder");
+                }
+                HolderGone::Deleted => {
+                    tracing::info!(
+                        previous,
+                        "the Lease was deleted: no holder (it was {previous}'s)"
+                    );
+                }
+                HolderGone::Expired => {
+                    tracing::info!(previous, "the record of {previous} expired: no holder");
+                }
+            },
+            (previous, holder) => {
+                tracing::info!(holder, previous, "observed leader changed");
+            }
+        }
     }
 }
 

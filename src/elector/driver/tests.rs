@@ -1011,3 +1011,36 @@ async fn the_first_answer_after_an_outage_restarts_the_watch_at_once() {
         "no watch right after the answer at {first_write:?}"
     );
 }
+
+/// A holder that releases the Lease is said to have released it — by the
+/// releasing pod and by its peer — never as a "changed" leader with no
+/// holder.
+#[tokio::test(start_paused = true)]
+async fn a_released_lease_is_logged_as_released_not_as_a_change() {
+    let (logs, _guard) = Logs::capture();
+    let memory = Memory::new();
+    let mut a = Candidate::start(memory.client("a"));
+    sleep(Duration::from_secs(3)).await;
+    let b = Candidate::start(memory.client("b"));
+    sleep(Duration::from_secs(3)).await;
+    a.stop.cancel();
+    (&mut a.task).await.unwrap();
+    sleep(Duration::from_secs(3)).await;
+    assert!(b.started_at().is_some(), "b took the release");
+    let text = logs.text();
+    assert!(
+        text.contains("the Lease was released by a: no holder"),
+        "{text}"
+    );
+    assert!(!text.contains("expired: no holder"), "{text}");
+
+    for line in text
+        .lines()
+        .filter(|l| l.contains("observed leader changed"))
+    {
+        assert!(
+            line.contains("holder="),
+            "a change names its new holder: {line}"
+        );
+    }
+}
