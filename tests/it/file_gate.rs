@@ -416,11 +416,20 @@ async fn a_reader_never_sees_a_partial_copy_across_src_changes_and_a_step_down()
         [false, true, true, true, true, false],
         "absent, the old copy, three updates, removed: {changes:?}"
     );
-    let left: Vec<_> = std::fs::read_dir(pod.dst.parent().unwrap())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert!(left.is_empty(), "no temporary file left behind: {left:?}");
+    // A write in flight at the removal owns its temporary file and drops it
+    // once it finds itself stale (after its write and fsync): give that
+    // thread a moment, then nothing may be left.
+    let left = || -> Vec<_> {
+        std::fs::read_dir(pod.dst.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect()
+    };
+    let deadline = Instant::now() + SECOND * 2;
+    while !left().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(left().is_empty(), "no temporary file left behind: {:?}", left());
     assert_posts_follow(pod, &[false, true, true, true, true, false]).await;
 }
 
