@@ -179,7 +179,7 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
         // running for the whole crash loop (nothing ever started: true
         // whether or not this gate could prove a tree gone).
         let error = ExecError::NotFound(program.to_string_lossy().into_owned());
-        log(&error.to_string());
+        tracing::error!("{error}");
         let mut feed = Feed::registered(options.url.clone(), "exec", true);
         end_the_term_here(&mut feed, "the command is not found").await;
         return Err(error);
@@ -213,6 +213,8 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
     // stopped (only a stop it ran out of here may come back).
     let mut unacknowledged: Option<String> = None;
     let mut said_waiting = false;
+    // The sidecar said something (else "not leading" is only "not heard yet").
+    let mut heard = false;
     loop {
         if let Some(run) = &mut running {
             run.tree.reap();
@@ -289,12 +291,12 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
                             // Nothing of the term started, and exec exits:
                             // the sidecar hears it as from a child that
                             // exited, so a crash loop hands the Lease over.
-                            log(&error.to_string());
+                            tracing::error!("{error}");
                             acknowledge(&feed, &term).await;
                             return Err(error);
                         }
                     }
-                } else if !said_waiting {
+                } else if !said_waiting && heard {
                     // Once per wait: a follower's exec is otherwise silent.
                     log("not leading: the child starts when this pod leads");
                     said_waiting = true;
@@ -305,6 +307,7 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
         let stopping = running.as_ref().is_some_and(|r| r.stopping.is_some());
         tokio::select! {
             signal = feed.next() => {
+                heard |= matches!(signal, Signal::Event(_));
                 if let Some(line) = signal.log_line() {
                     log(&line);
                 }

@@ -429,7 +429,11 @@ async fn a_reader_never_sees_a_partial_copy_across_src_changes_and_a_step_down()
     while !left().is_empty() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(left().is_empty(), "no temporary file left behind: {:?}", left());
+    assert!(
+        left().is_empty(),
+        "no temporary file left behind: {:?}",
+        left()
+    );
     assert_posts_follow(pod, &[false, true, true, true, true, false]).await;
 }
 

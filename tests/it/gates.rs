@@ -886,6 +886,21 @@ async fn a_followers_exec_says_once_that_it_waits_and_starts_nothing() {
     assert!(log.entries().is_empty(), "a follower started its child");
 }
 
+/// A leader's `exec` starts its child without first saying "not leading":
+/// until the sidecar said anything, it only has not heard yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaders_exec_never_says_it_is_not_leading_before_it_heard() {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("exec-leader-not-waiting");
+    let a = Sidecar::spawn(&api, &dir, "a", Timing::FAST);
+    a.wait_serving().await;
+    a.wait_term(Timing::FAST.lease * 2).await;
+    let log = ChildLog(dir.join("children.log"));
+    let exec = spawn_exec(&dir, "a", &format!("http://{}", a.gate), &log.0, COLLECTOR);
+    log.wait_for(SECOND * 5, |e| e.name == "a").await;
+    assert!(!exec.stderr().contains("not leading"), "{}", exec.stderr());
+}
+
 /// `exec` tells the sidecar its `--grace` when it registers; a gate lag that
 /// does not cover it with a second to spare is warned of, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
