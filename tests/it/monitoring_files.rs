@@ -421,20 +421,24 @@ async fn a_fresh_follower_exposes_every_counter_the_rules_select_at_zero() {
     let dir = test_dir("monitoring-fresh-follower");
     let leader = Sidecar::spawn(&api, &dir, "a", Timing::FAST);
     leader.wait_leading(Timing::FAST.lease * 3).await;
-    // Nothing listens on the follower's collector port, as under `exec`.
-    let nothing = HealthEndpoint::start(200).await;
-    let url = nothing.url.clone();
-    drop(nothing);
+    // The follower's collector does not answer (status 0: the connection
+    // closes unanswered), as under `exec`, where it does not run.
+    let silent = HealthEndpoint::start(0).await;
     let follower = Sidecar::spawn_with(
         &api,
         &dir,
         "b",
         Timing::FAST,
-        &["--collector-health-url", url.as_str()],
+        &["--collector-health-url", silent.url.as_str()],
     );
     follower.wait_serving().await;
     // A few failed health checks and reads of the Lease as a follower.
     tokio::time::sleep(Timing::FAST.retry * 4).await;
+    assert!(
+        silent.answers().len() >= 2,
+        "the follower checked its collector: {:?}",
+        silent.answers()
+    );
     let probe = follower.leader().await.expect("/leader answers");
     assert!(!probe.leading(), "b must follow: {probe:?}");
     let metrics = http(follower.admin, "GET", "/metrics", &[])
