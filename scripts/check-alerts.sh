@@ -8,7 +8,13 @@
 #    fail;
 # 3. examples/prometheus-operator/prometheusrule.yaml is exactly what this
 #    script generates from the rules file (`--write` regenerates it);
-# 4. monitoring/leader-gate-dashboard.json parses as JSON.
+# 4. monitoring/leader-gate-dashboard.json parses as JSON;
+# 5. the scrape config in the rules file's header (plain
+#    kubernetes_sd_configs and the relabelling the rules need) passes
+#    `promtool check config`. Debian's promtool is built without Kubernetes
+#    discovery: it then checks the config with the pod's discovery labels
+#    given as a static target instead (tests/it/monitoring_files.rs scrapes
+#    a sidecar through it and checks the labels it gives).
 # That every metric and label the rules, their tests and the dashboard name
 # is one the binary exposes is checked by tests/it/monitoring_files.rs
 # against a running sidecar's /metrics (part of `cargo test`).
@@ -113,6 +119,30 @@ LeaderGateTargetsAbsent: fires during a rollout that replaces every pod (absent,
 =>
           absent(leader_gate_build_info{job="monitoring/leader-gate"})
 %%
+LeaderGateFollowerCollectorUnhealthy: fires on a leader too (no leading term)
+          (leader_gate_collector_healthy + leader_gate_leading) == 0
+=>
+          leader_gate_collector_healthy == 0
+%%
+LeaderGateFollowerCollectorUnhealthy: fires on a collector restarted within minutes (no `for`)
+          (leader_gate_collector_healthy + leader_gate_leading) == 0
+        for: 10m
+=>
+          (leader_gate_collector_healthy + leader_gate_leading) == 0
+        for: 0s
+%%
+LeaderGateGateRestarting: fires on one restart (an upgrade)
+          ) >= 2
+=>
+          ) >= 1
+%%
+LeaderGateGateRestarting: counted per pod, not per Lease (a broken collector passed around)
+          sum by (namespace, lease) (
+            increase(leader_gate_gate_disconnects_while_leading_total[15m])
+          ) >= 2
+=>
+          increase(leader_gate_gate_disconnects_while_leading_total[15m]) >= 2
+%%
 LeaderGateCollectorNotRunning: the seconds between two failing leaders reset `for` (no max_over_time)
           max by (namespace, lease) (
             max_over_time(leader_gate_leading_without_collector[1m])
@@ -179,3 +209,31 @@ if not panels:
     sys.exit(f"{sys.argv[1]}: no panels")
 print(f"{sys.argv[1]}: parses, {len(panels)} panels")
 PY
+
+# The header's scrape config, uncommented.
+sed -n '/^# scrape-config-begin$/,/^# scrape-config-end$/p' "$RULES" | sed '1d;$d' | sed -E 's/^# ?//' >"$work/scrape.yml"
+grep -q kubernetes_sd_configs "$work/scrape.yml" || { echo "$RULES: no scrape config between scrape-config-begin and -end" >&2; exit 1; }
+if promtool check config "$work/scrape.yml" >"$work/out" 2>&1; then
+    echo "the scrape config in $RULES passes promtool check config"
+elif grep -q 'field kubernetes_sd_configs not found' "$work/out"; then
+    # This promtool cannot discover Kubernetes pods: the same config with
+    # a static target carrying a pod's discovery labels.
+    python3 - "$work/scrape.yml" <<'PY'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+old = "    kubernetes_sd_configs:\n      - role: pod\n"
+if text.count(old) != 1:
+    sys.exit(f"expected once in the scrape config:\n{old}")
+new = ("    static_configs:\n      - targets: [\"10.0.0.1:4041\"]\n        labels:\n"
+       "          __meta_kubernetes_pod_container_port_name: admin\n"
+       "          __meta_kubernetes_namespace: monitoring\n"
+       "          __meta_kubernetes_pod_name: metricbeat-a\n")
+open(path, "w").write(text.replace(old, new))
+PY
+    promtool check config "$work/scrape.yml"
+    echo "the scrape config in $RULES passes promtool check config (discovery as a static target: this promtool has no Kubernetes discovery)"
+else
+    cat "$work/out" >&2
+    exit 1
+fi

@@ -34,6 +34,11 @@
 //! its collector still running — and no registry kept on disk could be
 //! trusted to list them all (the record is written behind the election).
 //!
+//! It counts, for `/metrics`, the gates whose last stream ended while this
+//! sidecar led ([`GateAcks::for_sidecar_counting`]): a gated container
+//! that crash-loops on the leader (exit 127, `CrashLoopBackOff`) ends its
+//! stream once per restart, whether or not it said its term was over.
+//!
 //! This module is the registry alone: the routes that register
 //! (`/events?gate=`, [`crate::serve::sse_route`]) and acknowledge
 //! ([`crate::serve::ack_route`]) call it.
@@ -48,6 +53,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 
 /// The registry of one sidecar.
@@ -71,6 +77,8 @@ pub struct GateAcks {
     /// A gate gone (disconnected) for this long runs nothing (see the
     /// module docs): the renew deadline plus the gate lag.
     gone_for_good: Duration,
+    /// Gates whose last stream ended while this sidecar led.
+    disconnects_while_leading: Counter,
 }
 
 #[derive(Default)]
@@ -237,6 +245,9 @@ impl Drop for Registration {
                         });
                     }
                 }
+                if inner.term.as_ref().is_some_and(|t| t.leading) {
+                    self.acks.disconnects_while_leading.inc();
+                }
             }
         }
     }
@@ -260,7 +271,27 @@ impl GateAcks {
         forget_after: Duration,
         gone_for_good: Duration,
     ) -> Arc<Self> {
+        Self::for_sidecar_counting(
+            capacity,
+            acknowledgements,
+            forget_after,
+            gone_for_good,
+            Counter::default(),
+        )
+    }
+
+    /// [`Self::for_sidecar`], counting in `disconnects_while_leading` each
+    /// gate whose last stream ends while this sidecar leads (the Lease's
+    /// `leader_gate_gate_disconnects_while_leading_total`).
+    pub fn for_sidecar_counting(
+        capacity: usize,
+        acknowledgements: bool,
+        forget_after: Duration,
+        gone_for_good: Duration,
+        disconnects_while_leading: Counter,
+    ) -> Arc<Self> {
         Arc::new(Self {
+            disconnects_while_leading,
             inner: Mutex::default(),
             changed: watch::channel(0).0,
             running: watch::channel(None).0,
@@ -516,6 +547,37 @@ mod tests {
                 "{warning}"
             );
         }
+    }
+
+    #[test]
+    fn a_gate_whose_stream_ends_while_leading_is_counted_once_per_restart() {
+        let counter = Counter::default();
+        let acks = GateAcks::for_sidecar_counting(8, true, Duration::MAX, Duration::MAX, counter.clone());
+        // Following: a gate coming and going is not counted.
+        drop(acks.register("exec-1", false).unwrap());
+        assert_eq!(counter.get(), 0);
+        let exec = acks.register("exec-1", false).unwrap();
+        acks.term_changed(Some("u/1"), true);
+        // A reconnect that overlaps the old stream is not an end.
+        let again = acks.register("exec-1", false).unwrap();
+        drop(exec);
+        assert_eq!(counter.get(), 0);
+        // Crash-looping while leading: every restart ends a stream, with
+        // or without an acknowledgement first.
+        drop(again);
+        assert_eq!(counter.get(), 1);
+        let restarted = acks.register("exec-2", false).unwrap();
+        assert_eq!(acks.acknowledge("exec-2", "u/1"), Ack::Counted);
+        drop(restarted);
+        assert_eq!(counter.get(), 2);
+        let silent = acks.register("file-gate-1", true).unwrap();
+        drop(silent);
+        assert_eq!(counter.get(), 3);
+        // The term over: a gate stopping then is not counted.
+        let exec = acks.register("exec-3", false).unwrap();
+        acks.term_changed(Some("u/1"), false);
+        drop(exec);
+        assert_eq!(counter.get(), 3);
     }
 
     #[test]

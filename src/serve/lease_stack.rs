@@ -109,11 +109,12 @@ impl LeaseStack {
         let (mut publisher, state) = Publisher::new(events.clone(), metrics.clone());
         // Gates register here; with --gate-acks their acknowledgements may
         // end the gate lag before a release.
-        let gate_acks = GateAcks::for_sidecar(
+        let gate_acks = GateAcks::for_sidecar_counting(
             config.max_subscribers,
             config.gate_acks,
             config.renew_deadline,
             config.renew_deadline + config.shutdown.gate_lag,
+            metrics.gate_disconnects_while_leading(),
         );
         if config.gate_acks {
             publisher = publisher.with_gate_acks(gate_acks.clone());

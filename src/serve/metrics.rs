@@ -15,7 +15,8 @@ use prometheus_client::registry::{Registry, Unit};
 use std::sync::atomic::AtomicU64;
 
 use crate::clock::BootInstant;
-use crate::elector::api_error::ApiError;
+use crate::elector::api_error::{ApiError, Forbidden};
+use crate::elector::machine::StopReason;
 use crate::serve::exposition::{Format, to_text_004};
 use crate::serve::transitions::{Event, EventKind};
 
@@ -43,6 +44,12 @@ struct RequestLabels {
     outcome: &'static str,
 }
 
+/// The reason of every `direction="started"` transition.
+const ACQUIRED: &str = "acquired";
+
+/// The verbs of the Lease requests (`api_request`'s callers).
+const VERBS: [&str; 4] = ["get", "create", "update", "watch"];
+
 type Histograms = Family<LeaseLabels, Histogram, fn() -> Histogram>;
 
 fn renew_histogram() -> Histogram {
@@ -69,6 +76,8 @@ pub struct MetricsRegistry {
     renew_conflicts: Family<LeaseLabels, Counter>,
     /// 1 while leading with gates that say nothing of the term runs.
     leading_without_collector: Family<LeaseLabels, Gauge>,
+    /// Gates whose stream ended while leading ([`crate::serve::gate_acks`]).
+    gate_disconnects: Family<LeaseLabels, Counter>,
 }
 
 /// One Lease's handle on its process's [`MetricsRegistry`].
@@ -167,8 +176,15 @@ impl MetricsRegistry {
             "1 while this instance leads and every gate of its term that can tell (exec, file-gate with --reload-url) says nothing of the term runs: the collector exited and was not started again; 0 otherwise, also when no gate can tell",
             leading_without_collector.clone(),
         );
+        let gate_disconnects = Family::<LeaseLabels, Counter>::default();
+        registry.register(
+            "gate_disconnects_while_leading",
+            "Registered gates (exec, file-gate) whose last /events stream ended while this instance led: the gate exited, was restarted or lost its connection; a crash-looping gated container counts once per restart",
+            gate_disconnects.clone(),
+        );
         Arc::new(Self {
             registry,
+            gate_disconnects,
             leading_without_collector,
             leading,
             transitions,
@@ -185,7 +201,10 @@ impl MetricsRegistry {
     }
 
     /// The handle of Lease `namespace/name`: its series exist from now on
-    /// (the counters at 0, the renew age NaN).
+    /// (the counters at 0, the renew age NaN), followers' too. The counters
+    /// with labels beside `lease` exist at 0 for the label sets the shipped
+    /// rules select: a term's start, the step-downs of failed renews, and
+    /// refused requests of every verb.
     pub fn lease(self: &Arc<Self>, namespace: &str, name: &str) -> Metrics {
         let labels = LeaseLabels {
             lease: format!("{namespace}/{name}"),
@@ -197,6 +216,30 @@ impl MetricsRegistry {
         drop(self.renew_latency.get_or_create(&labels));
         drop(self.renew_conflicts.get_or_create(&labels));
         drop(self.identity_conflicts.get_or_create(&labels));
+        drop(self.gate_disconnects.get_or_create(&labels));
+        let started = [("started", ACQUIRED)];
+        let stopped = [StopReason::RenewDeadline, StopReason::ApiUnreachable]
+            .map(|reason| ("stopped", reason.as_str()));
+        for (direction, reason) in started.into_iter().chain(stopped) {
+            drop(self.transitions.get_or_create(&TransitionLabels {
+                lease: labels.lease.clone(),
+                direction,
+                reason,
+            }));
+        }
+        let refused = [
+            ApiError::Forbidden(Forbidden::parse("")).kind(),
+            ApiError::Unauthorized.kind(),
+        ];
+        for verb in VERBS {
+            for outcome in refused {
+                drop(self.requests.get_or_create(&RequestLabels {
+                    lease: labels.lease.clone(),
+                    verb,
+                    outcome,
+                }));
+            }
+        }
         self.last_renews
             .lock()
             .expect("metrics lock")
@@ -282,7 +325,7 @@ impl Metrics {
             lease: self.labels.lease.clone(),
             direction,
             reason: match event.kind {
-                EventKind::StartedLeading => "acquired",
+                EventKind::StartedLeading => ACQUIRED,
                 _ => event.reason.unwrap_or("unknown"),
             },
         };
@@ -328,6 +371,15 @@ impl Metrics {
             .set(i64::from(yes));
     }
 
+    /// The counter of this Lease's gates whose stream ended while leading,
+    /// for its [`crate::serve::gate_acks::GateAcks`] to count in.
+    pub fn gate_disconnects_while_leading(&self) -> Counter {
+        self.shared
+            .gate_disconnects
+            .get_or_create(&self.labels)
+            .clone()
+    }
+
     /// Open `/events` streams, over every Lease of the process.
     pub fn subscribers(&self) -> &Gauge {
         &self.shared.subscribers
@@ -353,6 +405,45 @@ mod tests {
         assert!(text.contains(&line), "{text}");
         assert!(
             text.contains("# TYPE leader_gate_build_info gauge\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_counters_the_rules_select_exist_at_zero_before_anything_happened() {
+        let text = Metrics::new("ns", "demo").encode(Format::Text004);
+        let mut lines = vec![
+            r#"leader_gate_transitions_total{lease="ns/demo",direction="started",reason="acquired"} 0"#.to_owned(),
+            r#"leader_gate_transitions_total{lease="ns/demo",direction="stopped",reason="renew-deadline"} 0"#.to_owned(),
+            r#"leader_gate_transitions_total{lease="ns/demo",direction="stopped",reason="api-unreachable"} 0"#.to_owned(),
+            r#"leader_gate_identity_conflicts_total{lease="ns/demo"} 0"#.to_owned(),
+            r#"leader_gate_gate_disconnects_while_leading_total{lease="ns/demo"} 0"#.to_owned(),
+        ];
+        for verb in VERBS {
+            for outcome in ["forbidden", "unauthorized"] {
+                lines.push(format!(
+                    r#"leader_gate_api_requests_total{{lease="ns/demo",verb="{verb}",outcome="{outcome}"}} 0"#
+                ));
+            }
+        }
+        for line in lines {
+            assert!(
+                text.contains(&format!("{line}\n")),
+                "{line} missing:\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_gate_disconnect_counted_through_the_handle_is_exposed() {
+        let metrics = Metrics::new("ns", "demo");
+        metrics.gate_disconnects_while_leading().inc();
+        metrics.gate_disconnects_while_leading().inc();
+        let text = metrics.encode(Format::Text004);
+        assert!(
+            text.contains(
+                "leader_gate_gate_disconnects_while_leading_total{lease=\"ns/demo\"} 2\n"
+            ),
             "{text}"
         );
     }

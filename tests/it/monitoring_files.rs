@@ -6,7 +6,9 @@
 //! target's); and, with a real Prometheus scraping that sidecar, every panel
 //! query answers with data and every alert expression parses and stays
 //! silent for a healthy leader. (`scripts/check-alerts.sh` runs promtool
-//! itself on the rules and their tests.)
+//! itself on the rules and their tests.) And the series the rules count
+//! with, from real processes: a fresh follower's counters at 0, a leader's
+//! crash-looping `exec` counted once per restart.
 
 use crate::support;
 
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::fake_apiserver::FakeApiServer;
+use support::gate_clients::GateClient;
 use support::health::HealthEndpoint;
 use support::prometheus::{PrometheusProcess, http, require_prometheus};
 use support::sidecar::{Sidecar, Timing, test_dir};
@@ -119,6 +122,41 @@ fn panel_queries() -> Vec<(String, Vec<(String, String)>)> {
         .collect()
 }
 
+/// The scrape config in the rules file's header, with its Kubernetes pod
+/// discovery replaced by what it would discover: `admin`, the sidecar's
+/// admin port at `target` in pod monitoring/metricbeat-a, and another
+/// container port of that pod.
+fn scrape_config_from_the_rules(target: &str) -> String {
+    let rules = read(RULES);
+    let (_, config) = rules
+        .split_once("# scrape-config-begin\n")
+        .expect("a scrape config in the header");
+    let (config, _) = config.split_once("# scrape-config-end\n").expect("its end");
+    let config: String = config
+        .lines()
+        .map(|l| {
+            format!(
+                "{}\n",
+                l.strip_prefix("# ").unwrap_or(l.trim_start_matches('#'))
+            )
+        })
+        .collect();
+    let discovery = "    kubernetes_sd_configs:\n      - role: pod\n";
+    assert_eq!(config.matches(discovery).count(), 1, "{config}");
+    let pod = |port: &str| {
+        format!(
+            "      - targets: [\"{target}\"]\n        labels:\n\
+             \x20         __meta_kubernetes_pod_container_port_name: {port}\n\
+             \x20         __meta_kubernetes_namespace: monitoring\n\
+             \x20         __meta_kubernetes_pod_name: metricbeat-a\n"
+        )
+    };
+    config.replace(
+        discovery,
+        &format!("    static_configs:\n{}{}", pod("admin"), pod("statsd-tcp")),
+    )
+}
+
 /// Each alert's name and expression.
 fn alert_expressions() -> Vec<(String, String)> {
     let rules: Value = serde_saphyr::from_str(&read(RULES)).expect("the rules file is YAML");
@@ -217,12 +255,13 @@ async fn the_alerts_and_the_dashboard_name_what_a_running_sidecar_exposes() {
     if !require_prometheus() {
         return;
     }
-    // The target labels a PodMonitor gives (its job is `namespace/name`).
+    // The scrape config of the rules' header, as plain Kubernetes discovery
+    // would give it the sidecar's pod (and another container port of it,
+    // which it must drop): the target labels the rules need come from its
+    // relabelling (a PodMonitor gives the same, its job `namespace/name`).
     let config = format!(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
-         scrape_configs:\n  - job_name: monitoring/leader-gate\n    static_configs:\n\
-         \x20     - targets: [\"{}\"]\n        labels: {{namespace: monitoring, pod: metricbeat-a}}\n",
-        sidecar.admin
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n{}",
+        scrape_config_from_the_rules(&sidecar.admin.to_string())
     );
     let dir = test_dir("monitoring-files-prometheus");
     let prometheus = PrometheusProcess::start(&dir, &config).await;
@@ -239,6 +278,19 @@ async fn the_alerts_and_the_dashboard_name_what_a_running_sidecar_exposes() {
             prometheus.targets().await
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let up = prometheus.query("up").await;
+    assert_eq!(up.len(), 1, "only the admin port is scraped: {up:?}");
+    for label in ["namespace", "pod"] {
+        assert_eq!(
+            up[0]["metric"][label].as_str(),
+            Some(if label == "pod" {
+                "metricbeat-a"
+            } else {
+                "monitoring"
+            }),
+            "the header's relabelling gives {label}: {up:?}"
+        );
     }
     for (title, queries) in panel_queries() {
         for (query, legend) in queries {
@@ -287,4 +339,238 @@ async fn the_alerts_and_the_dashboard_name_what_a_running_sidecar_exposes() {
             "{alert}: {result:?}"
         );
     }
+}
+
+/// Each sample of a classic-text exposition: its name, labels and value.
+fn samples(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').expect("a sample has a value");
+            let (name, labels) = match series.split_once('{') {
+                Some((name, labels)) => (name, labels.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split("\",")
+                .filter_map(|pair| {
+                    let (label, value) = pair.split_once('=')?;
+                    Some((label.to_owned(), value.trim_matches('"').to_owned()))
+                })
+                .collect();
+            (name.to_owned(), labels, value.parse().expect("a number"))
+        })
+        .collect()
+}
+
+/// Every counter selector (`leader_gate_…_total{…}`) in `expr`, as its name
+/// and the label sets it selects: an `=~"a|b"` matcher stands for each of
+/// its alternatives (the rules' regexes are plain alternations).
+fn counter_selectors(expr: &str) -> Vec<(String, Vec<BTreeMap<String, String>>)> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("leader_gate_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        rest = &tail[end..];
+        if !name.ends_with("_total") {
+            continue;
+        }
+        let mut sets = vec![BTreeMap::new()];
+        if let Some(matchers) = rest.strip_prefix('{') {
+            let matchers = &matchers[..matchers.find('}').expect("closed matchers")];
+            for matcher in matchers.split("\",").map(str::trim) {
+                let (label, values) = match matcher.split_once("=~") {
+                    Some((label, regex)) => (label, regex.trim_matches('"').split('|').collect()),
+                    None => {
+                        let (label, value) = matcher.split_once('=').expect("a matcher");
+                        (label, vec![value.trim_matches('"')])
+                    }
+                };
+                sets = sets
+                    .iter()
+                    .flat_map(|set| {
+                        values.iter().map(move |value| {
+                            let mut set = set.clone();
+                            set.insert(label.trim().to_owned(), (*value).to_owned());
+                            set
+                        })
+                    })
+                    .collect();
+            }
+        }
+        out.push((name.to_owned(), sets));
+    }
+    out
+}
+
+/// `increase()` cannot see the step of a series that first appears at 1: a
+/// follower that never led, never failed a renew and was never refused
+/// exposes at 0 every counter series the rules select (each alternative of
+/// a regex matcher), so that its first term, step-down or gate restart is
+/// counted. And a follower whose health check fails because its collector
+/// runs only on the leader (under `exec`) is not unhealthy: its
+/// `collector_healthy` is 1, which LeaderGateFollowerCollectorUnhealthy
+/// relies on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_follower_exposes_every_counter_the_rules_select_at_zero() {
+    let api = FakeApiServer::start("monitoring", "metricbeat-leader").await;
+    let dir = test_dir("monitoring-fresh-follower");
+    let leader = Sidecar::spawn(&api, &dir, "a", Timing::FAST);
+    leader.wait_leading(Timing::FAST.lease * 3).await;
+    // The follower's collector does not answer (status 0: the connection
+    // closes unanswered), as under `exec`, where it does not run.
+    let silent = HealthEndpoint::start(0).await;
+    let follower = Sidecar::spawn_with(
+        &api,
+        &dir,
+        "b",
+        Timing::FAST,
+        &["--collector-health-url", silent.url.as_str()],
+    );
+    follower.wait_serving().await;
+    // A few failed health checks and reads of the Lease as a follower.
+    tokio::time::sleep(Timing::FAST.retry * 4).await;
+    assert!(
+        silent.answers().len() >= 2,
+        "the follower checked its collector: {:?}",
+        silent.answers()
+    );
+    let probe = follower.leader().await.expect("/leader answers");
+    assert!(!probe.leading(), "b must follow: {probe:?}");
+    let metrics = http(follower.admin, "GET", "/metrics", &[])
+        .await
+        .expect("/metrics answers");
+    let exposed = samples(&metrics.body);
+    let lease = "monitoring/metricbeat-leader";
+
+    let mut checked = 0;
+    for (alert, expr) in alert_expressions() {
+        for (name, sets) in counter_selectors(&expr) {
+            for set in sets {
+                let found: Vec<f64> = exposed
+                    .iter()
+                    .filter(|(n, labels, _)| {
+                        *n == name
+                            && labels.get("lease").map(String::as_str) == Some(lease)
+                            && set.iter().all(|(k, v)| labels.get(k) == Some(v))
+                    })
+                    .map(|(_, _, value)| *value)
+                    .collect();
+                assert!(
+                    !found.is_empty() && found.iter().all(|v| *v == 0.0),
+                    "{alert}: a fresh follower exposes no {name}{set:?} at 0 (found {found:?}):\n{}",
+                    metrics.body
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 5, "only {checked} counter label sets in {RULES}");
+
+    let healthy: Vec<f64> = exposed
+        .iter()
+        .filter(|(n, labels, _)| {
+            n == "leader_gate_collector_healthy"
+                && labels.get("lease").map(String::as_str) == Some(lease)
+        })
+        .map(|(_, _, value)| *value)
+        .collect();
+    assert_eq!(
+        healthy,
+        [1.0],
+        "a follower whose collector runs only on the leader:\n{}",
+        metrics.body
+    );
+}
+
+/// The value of `name{lease="monitoring/metricbeat-leader"}` on `sidecar`.
+async fn lease_sample(sidecar: &Sidecar, name: &str) -> f64 {
+    let metrics = http(sidecar.admin, "GET", "/metrics", &[])
+        .await
+        .expect("/metrics answers");
+    let values: Vec<f64> = samples(&metrics.body)
+        .into_iter()
+        .filter(|(n, labels, _)| {
+            n == name
+                && labels.get("lease").map(String::as_str) == Some("monitoring/metricbeat-leader")
+        })
+        .map(|(_, _, value)| value)
+        .collect();
+    assert_eq!(values.len(), 1, "{name}:\n{}", metrics.body);
+    values[0]
+}
+
+/// LeaderGateGateRestarting's counter: an `exec` whose command exits at
+/// once (exit 127, as a collector that cannot start), restarted by a
+/// stand-in for the kubelet while its pod leads, is counted once per
+/// restart; an `exec` killed and restarted on a follower is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_looping_exec_on_the_leader_is_counted_once_per_restart() {
+    const COUNTER: &str = "leader_gate_gate_disconnects_while_leading_total";
+    const RESTARTS: usize = 3;
+    let api = FakeApiServer::start("monitoring", "metricbeat-leader").await;
+    let dir = test_dir("monitoring-gate-restarts");
+    let leader = Sidecar::spawn(&api, &dir, "a", Timing::FAST);
+    leader.wait_leading(Timing::FAST.lease * 3).await;
+    let follower = Sidecar::spawn(&api, &dir, "b", Timing::FAST);
+    follower.wait_serving().await;
+    assert_eq!(lease_sample(&leader, COUNTER).await, 0.0);
+
+    let url = format!("http://{}", leader.gate);
+    for restart in 0..RESTARTS {
+        let mut exec = GateClient::spawn(
+            &dir,
+            &format!("exec-a-{restart}"),
+            &["exec", "--url", &url, "--", "sh", "-c", "exit 127"],
+            &[],
+        );
+        let (status, _) = exec
+            .wait_exit(Duration::from_secs(20))
+            .await
+            .unwrap_or_else(|| panic!("exec did not exit: {}", exec.stderr()));
+        assert!(!status.success(), "{status:?}");
+        // The sidecar sees the stream end when the process is gone.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lease_sample(&leader, COUNTER).await < (restart + 1) as f64 {
+            assert!(
+                Instant::now() < deadline,
+                "restart {restart} not counted: {} (exec: {})",
+                lease_sample(&leader, COUNTER).await,
+                exec.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await; // the kubelet's back-off
+    }
+    assert!(leader.leader().await.expect("/leader").leading());
+    assert_eq!(lease_sample(&leader, COUNTER).await, RESTARTS as f64);
+
+    // On the follower an exec waits for a term; killed and restarted, its
+    // stream ends while its pod does not lead.
+    let url = format!("http://{}", follower.gate);
+    for restart in 0..2 {
+        let mut exec = GateClient::spawn(
+            &dir,
+            &format!("exec-b-{restart}"),
+            &["exec", "--url", &url, "--", "sh", "-c", "exit 127"],
+            &[],
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            exec.running(),
+            "exec on a follower waits: {}",
+            exec.stderr()
+        );
+        exec.signal(libc::SIGKILL);
+        exec.wait_exit(Duration::from_secs(5))
+            .await
+            .expect("killed");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(lease_sample(&follower, COUNTER).await, 0.0);
+    assert_eq!(lease_sample(&leader, COUNTER).await, RESTARTS as f64);
 }

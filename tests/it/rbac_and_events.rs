@@ -80,11 +80,10 @@ async fn stop(sidecar: &mut Sidecar) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_exactly_the_role_of_rbac_yaml_two_sidecars_elect_hand_over_and_re_elect() {
     let api = FakeApiServer::start(NAMESPACE, LEASE).await;
-    // Nothing swapped in: the Role is the manifest's, rule for rule.
+    // Nothing swapped in: the Role is the manifest's, rule for rule. With
+    // --record-events, as every shipped manifest runs it: the Role's
+    // Events rule is exercised too.
     assert_eq!(api.role(), Role::from_repository_manifest(LEASE));
-    // With --record-events, and the Events rule the manifest's header asks
-    // for with it, so that rule is exercised too.
-    api.set_role(Role::from_repository_manifest(LEASE).with_events());
     let dir = test_dir("rbac-yaml");
     let timing = Timing::FAST;
     let mut a = Sidecar::spawn_with(&api, &dir, "a", timing, RECORD);
@@ -248,8 +247,8 @@ async fn under_a_role_without_update_it_never_leads_and_says_so_once_in_the_docu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_record_events_starts_and_stops_become_events_about_the_lease() {
+    // The Role of manifests/rbac.yaml as it is: it has the Events rule.
     let api = FakeApiServer::start(NAMESPACE, LEASE).await;
-    api.set_role(Role::from_repository_manifest(LEASE).with_events());
     let timing = Timing::FAST;
     let mut a = Sidecar::spawn_with(&api, &test_dir("events"), "a", timing, RECORD);
     a.wait_serving().await;
@@ -421,4 +420,118 @@ async fn with_a_role_lacking_events_leadership_works_and_the_403_is_said_once() 
             .filter(|r| r.resource == Some(Resource::Leases))
             .all(|r| r.status != Some(403))
     );
+}
+
+/// Every YAML document of `path`.
+fn documents(path: &std::path::Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every `args` list under `value` whose first item is `serve`.
+fn serve_args(value: &Value, out: &mut Vec<Vec<String>>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::Array(args)) = map.get("args")
+                && args.first().and_then(Value::as_str) == Some("serve")
+            {
+                out.push(
+                    args.iter()
+                        .map(|a| a.as_str().unwrap_or_default().to_owned())
+                        .collect(),
+                );
+            }
+            map.values().for_each(|v| serve_args(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| serve_args(v, out)),
+        _ => {}
+    }
+}
+
+/// Whether `role` grants `verb` on `resource` of `group` (for `name`, or
+/// for any name when `name` is empty: then only a rule without names).
+fn grants(role: &Value, group: &str, resource: &str, verb: &str, name: &str) -> bool {
+    let has = |rule: &Value, key: &str, want: &str| {
+        rule[key]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|i| i == want))
+    };
+    role["rules"].as_array().into_iter().flatten().any(|rule| {
+        has(rule, "apiGroups", group)
+            && has(rule, "resources", resource)
+            && has(rule, "verbs", verb)
+            && match rule["resourceNames"].as_array() {
+                None => true,
+                Some(names) => !name.is_empty() && names.iter().any(|n| n == name),
+            }
+    })
+}
+
+/// Events are on in what the project ships: every manifest under
+/// manifests/ and every recipe under examples/ that runs `leader-gate
+/// serve` passes `--record-events`, and the Role that gives it its Lease
+/// (in the same directory) lets it create Events, so `kubectl describe
+/// lease` and `kubectl get events` show who leads without a 403.
+#[test]
+fn every_shipped_serve_records_events_and_its_role_may_create_them() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut dirs = vec![root.join("manifests")];
+    for entry in std::fs::read_dir(root.join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() && !path.ends_with("schemas") {
+            dirs.push(path);
+        }
+    }
+    let mut checked = Vec::new();
+    for dir in dirs {
+        let files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        let docs: Vec<(String, Value)> = files
+            .iter()
+            .flat_map(|f| {
+                let name = f.strip_prefix(root).unwrap().display().to_string();
+                documents(f).into_iter().map(move |d| (name.clone(), d))
+            })
+            .collect();
+        for (file, doc) in &docs {
+            let mut found = Vec::new();
+            serve_args(doc, &mut found);
+            for args in found {
+                assert!(
+                    args.iter().any(|a| a == "--record-events"),
+                    "{file}: serve without --record-events: {args:?}"
+                );
+                let leases: Vec<&String> = args
+                    .iter()
+                    .zip(args.iter().skip(1))
+                    .filter(|(flag, _)| *flag == "--lease-name")
+                    .map(|(_, value)| value)
+                    .collect();
+                assert!(!leases.is_empty(), "{file}: no --lease-name in {args:?}");
+                for lease in leases {
+                    let roles: Vec<&(String, Value)> = docs
+                        .iter()
+                        .filter(|(_, d)| {
+                            d["kind"] == "Role"
+                                && grants(d, "coordination.k8s.io", "leases", "update", lease)
+                        })
+                        .collect();
+                    assert!(!roles.is_empty(), "{file}: no Role for the Lease {lease}");
+                    for (role_file, role) in roles {
+                        assert!(
+                            grants(role, "", "events", "create", ""),
+                            "{role_file}: Role {} lets {lease}'s sidecar lead but not create Events",
+                            role["metadata"]["name"]
+                        );
+                    }
+                    checked.push(format!("{file}: {lease}"));
+                }
+            }
+        }
+    }
+    // The four manifests (three Leases in one) and three recipes.
+    assert!(checked.len() >= 9, "{checked:?}");
 }

@@ -114,7 +114,7 @@ impl Role {
 
     /// The same Role without `verb` on `resource` of `group` in any rule (rules left
     /// without a verb are dropped): e.g. a Role that lacks `update` on Leases.
-    /// With the rule `manifests/rbac.yaml`'s header asks for with `--record-events`:
+    /// With the Events rule of `manifests/rbac.yaml` (for `--record-events`), for a Role without it:
     /// create on `events` (core group), which cannot be limited by name.
     pub fn with_events(mut self) -> Role {
         self.rules
