@@ -552,7 +552,8 @@ mod tests {
     #[test]
     fn a_gate_whose_stream_ends_while_leading_is_counted_once_per_restart() {
         let counter = Counter::default();
-        let acks = GateAcks::for_sidecar_counting(8, true, Duration::MAX, Duration::MAX, counter.clone());
+        let acks =
+            GateAcks::for_sidecar_counting(8, true, Duration::MAX, Duration::MAX, counter.clone());
         // Following: a gate coming and going is not counted.
         drop(acks.register("exec-1", false).unwrap());
         assert_eq!(counter.get(), 0);

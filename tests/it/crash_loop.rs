@@ -46,10 +46,15 @@ exit 2
 "#;
 
 /// Restarts a pod's `exec` whenever it exits, as the kubelet restarts a
-/// container; dropping it stops the loop and the `exec` it runs.
-struct Kubelet(tokio::task::JoinHandle<()>);
+/// container; dropping it stops the loop and the `exec` it runs. It keeps
+/// the exit codes it saw.
+struct Kubelet {
+    task: tokio::task::JoinHandle<()>,
+    exits: std::sync::Arc<std::sync::Mutex<Vec<i32>>>,
+}
 
 impl Kubelet {
+    /// `exec -- sh -c SCRIPT`.
     fn start(
         dir: &Path,
         name: &'static str,
@@ -57,31 +62,53 @@ impl Kubelet {
         log: &Path,
         script: &'static str,
     ) -> Kubelet {
+        Self::start_command(dir, name, sidecar, log, &["sh", "-c", script])
+    }
+
+    /// `exec -- COMMAND…`.
+    fn start_command(
+        dir: &Path,
+        name: &'static str,
+        sidecar: &Sidecar,
+        log: &Path,
+        command: &[&str],
+    ) -> Kubelet {
         let dir = dir.to_path_buf();
         let url = format!("http://{}", sidecar.gate);
         let log = log.to_str().expect("a UTF-8 path").to_owned();
-        Kubelet(tokio::spawn(async move {
+        let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        let exits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = exits.clone();
+        let task = tokio::spawn(async move {
             let mut delay = RESTART_FIRST;
             for restart in 0.. {
+                let mut args = vec!["exec", "--url", &url, "--grace", "2s", "--"];
+                args.extend(command.iter().map(String::as_str));
                 let mut exec = GateClient::spawn(
                     &dir,
                     &format!("exec-{name}-{restart}"),
-                    &[
-                        "exec", "--url", &url, "--grace", "2s", "--", "sh", "-c", script,
-                    ],
+                    &args,
                     &[("NAME", name), ("LOG", &log)],
                 );
-                exec.wait_exit(Duration::from_secs(3600)).await;
+                if let Some((status, _)) = exec.wait_exit(Duration::from_secs(3600)).await {
+                    seen.lock().unwrap().push(status.code().unwrap_or(-1));
+                }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(RESTART_CAP);
             }
-        }))
+        });
+        Kubelet { task, exits }
+    }
+
+    /// The exit codes so far.
+    fn exits(&self) -> Vec<i32> {
+        self.exits.lock().unwrap().clone()
     }
 }
 
 impl Drop for Kubelet {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }
 
@@ -365,38 +392,6 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Restarts `exec --url URL -- COMMAND…` whenever it exits, as
-/// [`Kubelet`] does, and records each exit code.
-fn kubelet_counting_exits(
-    dir: &Path,
-    name: &'static str,
-    url: String,
-    command: Vec<String>,
-    log: &Path,
-    exits: std::sync::Arc<std::sync::Mutex<Vec<i32>>>,
-) -> tokio::task::JoinHandle<()> {
-    let dir = dir.to_path_buf();
-    let log = log.to_str().unwrap().to_owned();
-    tokio::spawn(async move {
-        let mut delay = RESTART_FIRST;
-        for restart in 0.. {
-            let mut args: Vec<&str> = vec!["exec", "--url", &url, "--grace", "2s", "--"];
-            args.extend(command.iter().map(String::as_str));
-            let mut exec = GateClient::spawn(
-                &dir,
-                &format!("exec-{name}-{restart}"),
-                &args,
-                &[("NAME", name), ("LOG", &log)],
-            );
-            if let Some((status, _)) = exec.wait_exit(Duration::from_secs(3600)).await {
-                exits.lock().unwrap().push(status.code().unwrap_or(-1));
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(RESTART_CAP);
-        }
-    })
-}
-
 /// An `exec` whose command cannot be run exits 127 on every restart (a
 /// crash loop to the kubelet) — and, before each exit, tells the sidecar
 /// that nothing of the term runs here, as a child that exited does: the
@@ -420,15 +415,8 @@ async fn a_command_that_cannot_start_hands_the_lease_over(
     let term = a.wait_term(TIMING.lease * 2).await;
     let mut stream = EventClient::connect(a.gate, None).await;
 
-    let a_exits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let _a_kubelet = kubelet_counting_exits(
-        &dir,
-        "a",
-        format!("http://{}", a.gate),
-        vec![command(&dir)],
-        &log.0,
-        a_exits.clone(),
-    );
+    let command = command(&dir);
+    let a_kubelet = Kubelet::start_command(&dir, "a", &a, &log.0, &[&command]);
     // b: a healthy peer whose collector would run.
     let b = sidecar(&api, &dir, "b");
     b.wait_serving().await;
@@ -439,7 +427,7 @@ async fn a_command_that_cannot_start_hands_the_lease_over(
     let stopped = stream
         .next_of("stopped-leading", Duration::from_secs(25))
         .await;
-    let exits = a_exits.lock().unwrap().clone();
+    let exits = a_kubelet.exits();
     let metric = without_collector(&a).await;
     let holder = lease_holder(&api.lease(LEASE).unwrap());
     let first_exec = std::fs::read_to_string(dir.join("exec-a-0.err")).unwrap_or_default();
