@@ -235,9 +235,15 @@ impl Drop for Registration {
                         && self.acks.gone_for_good < Duration::MAX
                     {
                         let acks = Arc::downgrade(&self.acks);
-                        let after = self.acks.gone_for_good + Duration::from_millis(1);
+                        let (gone_at, after) = (std::time::Instant::now(), self.acks.gone_for_good);
                         runtime.spawn(async move {
-                            tokio::time::sleep(after).await;
+                            // Judged on the clock `running` reads: a timer
+                            // that fires a little early sleeps the rest.
+                            while let Some(left) = after.checked_sub(gone_at.elapsed())
+                                && !left.is_zero()
+                            {
+                                tokio::time::sleep(left + Duration::from_millis(1)).await;
+                            }
                             if let Some(acks) = acks.upgrade() {
                                 let inner = acks.inner.lock().expect("gate acks lock");
                                 acks.publish_running(&inner);
