@@ -29,20 +29,39 @@ use crate::serve::routes;
 use crate::serve::server::{self, Limits};
 use crate::serve::spreading;
 
+/// Binds the listener of `flag`, or says why not (and, for a port in use,
+/// the way out: under `hostNetwork` every workload of a node shares its
+/// ports, so a second one running leader-gate needs ports of its own).
+async fn bind(flag: &str, address: std::net::SocketAddr) -> Option<TcpListener> {
+    match TcpListener::bind(address).await {
+        Ok(listener) => Some(listener),
+        Err(error) => {
+            let way_out = if error.kind() == std::io::ErrorKind::AddrInUse {
+                format!(
+                    "another process of this pod's network holds {address}; with hostNetwork, another \
+                     workload on this node may run leader-gate: give each workload on a node ports of \
+                     its own ({flag}, with the gates' --url and the probes' port to match)"
+                )
+            } else {
+                String::new()
+            };
+            tracing::error!(%error, flag, %address, way_out, "cannot bind a listener");
+            None
+        }
+    }
+}
+
 /// Runs the sidecar until SIGTERM or SIGINT and the hand-over that follows;
 /// the exit code says how it ended (see [`crate::exit`]).
 pub async fn run(config: ServeConfig) -> ExitCode {
     let mut signals = Signals::new();
     // Listen first: /leader answers 503 even before the API server does (G8).
     let (gate, admin) = match (
-        TcpListener::bind(config.listen).await,
-        TcpListener::bind(config.admin_listen).await,
+        bind("--listen", config.listen).await,
+        bind("--admin-listen", config.admin_listen).await,
     ) {
-        (Ok(gate), Ok(admin)) => (gate, admin),
-        (Err(error), _) | (_, Err(error)) => {
-            tracing::error!(%error, listen = %config.listen, admin_listen = %config.admin_listen, "cannot bind a listener");
-            return ExitCode::from(exit::OSERR);
-        }
+        (Some(gate), Some(admin)) => (gate, admin),
+        _ => return ExitCode::from(exit::OSERR),
     };
     // With port 0 the kernel picks: say what was bound.
     if let (Ok(gate), Ok(admin)) = (gate.local_addr(), admin.local_addr()) {

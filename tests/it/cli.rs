@@ -533,6 +533,33 @@ fn the_demo_reports_a_sidecar_that_cannot_start_in_one_line_and_exits_1() {
     drop(busy);
 }
 
+/// A port in use names its flag and the way out: under `hostNetwork` a
+/// second workload on the node that runs leader-gate needs ports of its own.
+#[test]
+fn a_port_in_use_names_its_flag_and_the_way_out() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let addr = busy.local_addr().expect("its address").to_string();
+    let output = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args(["serve", "--lease-name", "demo", "--lease-namespace", "ns"])
+        .args([
+            "--identity",
+            "a",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            &addr,
+        ])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run serve");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(71), "{stderr}");
+    assert!(stderr.contains("cannot bind a listener"), "{stderr}");
+    assert!(stderr.contains("flag=\"--admin-listen\""), "{stderr}");
+    assert!(stderr.contains("ports of its own"), "{stderr}");
+    drop(busy);
+}
+
 #[test]
 fn the_demo_restarts_a_sidecar_whose_gate_port_was_taken_on_a_new_port() {
     // The demo binds each gate port itself between stop and restart, as any
