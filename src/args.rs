@@ -84,6 +84,19 @@ pub fn is_dns1123_label(s: &str) -> bool {
         && bytes[bytes.len() - 1].is_ascii_alphanumeric()
 }
 
+/// A label value: at most 63 of `A-Z a-z 0-9 - _ .`, starting and ending
+/// with a letter or digit (or empty).
+pub fn is_label_value(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    bytes.is_empty()
+        || (bytes.len() <= 63
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && bytes[0].is_ascii_alphanumeric()
+            && bytes[bytes.len() - 1].is_ascii_alphanumeric())
+}
+
 /// A DNS-1123 subdomain: a Lease's or a pod's name.
 pub fn is_dns1123_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns1123_label)

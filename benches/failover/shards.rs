@@ -110,6 +110,7 @@ impl Group {
                 lease_duration: self.timing.lease,
                 renew_deadline: self.timing.renew_deadline,
                 retry_period: self.timing.retry,
+                holder_labels: Vec::new(),
             };
             let place = LeaseLabel {
                 name: (*lease).into(),

@@ -130,6 +130,7 @@ impl Swarm {
             lease_duration: self.timing.lease,
             renew_deadline: self.timing.renew_deadline,
             retry_period: self.timing.retry,
+            holder_labels: Vec::new(),
         };
         let events = EventLog::new(&name, LeaseLabel::alone(NAMESPACE, LEASE), 8, 8);
         let metrics = Arc::new(Metrics::new(NAMESPACE, LEASE));

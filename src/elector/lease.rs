@@ -23,6 +23,15 @@ pub const RELEASED_TERM_ANNOTATION: &str = "leader-gate.dev/released-term";
 /// same identity write the same `holderIdentity` and, creating at the same
 /// microsecond, the same `renewTime`; the mark tells their writes apart (G7).
 pub const WRITER_ANNOTATION: &str = "leader-gate.dev/writer";
+/// Labels the holder puts on the Lease when it acquires it, and a release
+/// removes, so that `kubectl get lease -L leader-gate.dev/holder-node`
+/// shows where the leader runs (as client-go's `NewWithLabels`): its pod
+/// (the identity) and its node. Informative only: nothing reads them back
+/// (ownership is decided by the spec, G7), and a label edited away stays
+/// away until the next acquisition.
+pub const HOLDER_LABEL: &str = "leader-gate.dev/holder";
+pub const HOLDER_NODE_LABEL: &str = "leader-gate.dev/holder-node";
+
 /// The longest writer mark kept as it is (ours are 16 hex digits).
 const MAX_WRITER_LEN: usize = 64;
 
@@ -264,6 +273,8 @@ impl Lease {
     }
 
     /// This object with a fresh `renewTime`.
+    ///
+    /// (Holder labels are left as they are: written on acquisition only.)
     pub fn renewed(&self, now_micros: i64) -> DynamicObject {
         let mut object = self.object.clone();
         spec_mut(&mut object).insert("renewTime".into(), json!(format_micro_time(now_micros)));
@@ -281,6 +292,7 @@ impl Lease {
             .get_or_insert_with(Default::default)
             .insert(RELEASED_TERM_ANNOTATION.into(), term.0);
         spec_mut(&mut object).remove("holderIdentity");
+        label_holder(&mut object, &[]);
         object
     }
 }
@@ -310,6 +322,19 @@ pub fn created(
         }
     });
     object
+}
+
+/// Puts `labels` ([`HOLDER_LABEL`], [`HOLDER_NODE_LABEL`]) on `object` in
+/// place of whatever holder labels it had; with none, removes them. Other
+/// labels are left as they are.
+pub fn label_holder(object: &mut DynamicObject, labels: &[(String, String)]) {
+    let existing = object.metadata.labels.get_or_insert_with(Default::default);
+    existing.remove(HOLDER_LABEL);
+    existing.remove(HOLDER_NODE_LABEL);
+    existing.extend(labels.iter().cloned());
+    if existing.is_empty() {
+        object.metadata.labels = None;
+    }
 }
 
 fn spec_mut(object: &mut DynamicObject) -> &mut Map<String, Value> {
@@ -476,6 +501,32 @@ mod tests {
             );
             assert_eq!(object.metadata.resource_version.as_deref(), Some("1"));
         }
+    }
+
+    #[test]
+    fn the_holder_labels_follow_the_holder_and_leave_other_labels_alone() {
+        let lease = LeaseBuilder::held_by("a")
+            .label("team", "sre")
+            .label(HOLDER_LABEL, "a")
+            .label(HOLDER_NODE_LABEL, "node-a")
+            .build();
+        let labels = |object: &DynamicObject| object.metadata.labels.clone().unwrap_or_default();
+        let mut taken = lease.acquired("b", 5, Duration::from_secs(15));
+        label_holder(&mut taken, &[(HOLDER_LABEL.into(), "b".into())]);
+        let taken = labels(&taken);
+        assert_eq!(taken.get(HOLDER_LABEL).map(String::as_str), Some("b"));
+        assert_eq!(taken.get(HOLDER_NODE_LABEL), None, "not a's node");
+        assert_eq!(taken["team"], "sre");
+        // A release says nobody holds it: no holder labels left.
+        let released = labels(&lease.released());
+        assert_eq!(released.get(HOLDER_LABEL), None);
+        assert_eq!(released.get(HOLDER_NODE_LABEL), None);
+        assert_eq!(released["team"], "sre");
+        // A renew leaves them as they are (an edit stays until the next term).
+        assert_eq!(labels(&lease.renewed(6))[HOLDER_NODE_LABEL], "node-a");
+        // And an object with no labels gets none from a release.
+        let bare = LeaseBuilder::held_by("a").build().released();
+        assert_eq!(bare.metadata.labels, None);
     }
 
     #[test]

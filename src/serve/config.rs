@@ -10,11 +10,11 @@ use clap::{ArgAction, Args};
 
 use crate::args::{
     ConfigError, LogArgs, LogFormat, MAX_KEEP_ALIVE, invalid, is_dns1123_label,
-    is_dns1123_subdomain, validate_namespace,
+    is_dns1123_subdomain, is_label_value, validate_namespace,
 };
 use crate::duration::{HumanDuration, parse_duration};
 use crate::elector::driver::ShutdownOptions;
-use crate::elector::lease::MAX_IDENTITY_LEN;
+use crate::elector::lease::{HOLDER_LABEL, HOLDER_NODE_LABEL, MAX_IDENTITY_LEN};
 use crate::serve::collector_health;
 use crate::serve::gate_channel::GateChannel;
 use crate::serve::routing;
@@ -177,7 +177,8 @@ pub struct ServeArgs {
     #[arg(long, env = "LEADER_GATE_POD_NAME")]
     pub pod_name: Option<String>,
 
-    /// This pod's node, for --route-service (from the downward API: spec.nodeName).
+    /// This pod's node (from the downward API: spec.nodeName), for
+    /// --route-service and the Lease's leader-gate.dev/holder-node label.
     #[arg(long, env = "LEADER_GATE_NODE_NAME")]
     pub node_name: Option<String>,
 
@@ -248,6 +249,9 @@ pub struct ServeConfig {
     /// Where gates register and acknowledge (`--gate-socket`, and whether
     /// the pod uses the node's network).
     pub gate_channel: GateChannel,
+    /// The labels an acquisition puts on the Lease: this pod (the
+    /// identity) and its node (`--node-name`), where valid label values.
+    pub holder_labels: Vec<(String, String)>,
 }
 
 // === impl ServeArgs ===
@@ -477,6 +481,20 @@ impl ServeArgs {
             ));
         }
         let gate_channel = gate_channel(gate_socket, pod_ip.as_deref(), host_ip.as_deref())?;
+        // Where the leader runs, at a glance (`kubectl get lease -L …`): a
+        // value the API server would refuse as a label is left out rather
+        // than fail an acquisition.
+        let holder_labels = [
+            (HOLDER_LABEL, Some(identity.as_str())),
+            (HOLDER_NODE_LABEL, node_name.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| {
+            value
+                .filter(|v| !v.is_empty() && is_label_value(v))
+                .map(|v| (key.to_owned(), v.to_owned()))
+        })
+        .collect();
         let route = route_service
             .map(|service| route_options(service, pod_ip, pod_name, node_name, &identity))
             .transpose()?;
@@ -505,6 +523,7 @@ impl ServeArgs {
             successor_claim_window,
             route,
             gate_channel,
+            holder_labels,
         })
     }
 }

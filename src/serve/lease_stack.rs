@@ -86,6 +86,7 @@ impl LeaseStack {
             lease_duration: config.lease_duration,
             renew_deadline: config.renew_deadline,
             retry_period: config.retry_period,
+            holder_labels: config.holder_labels.clone(),
         };
         let place = LeaseLabel {
             name: name.to_owned(),

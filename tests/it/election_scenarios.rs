@@ -1196,3 +1196,33 @@ async fn two_processes_with_one_identity_and_one_frozen_wall_clock_never_both_an
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     twins_never_both_lead("twins-frozen", Some(&wrapper), 3).await;
 }
+
+/// The holder labels the Lease with its pod and node on acquisition
+/// (`kubectl get lease -L leader-gate.dev/holder-node` shows where the
+/// leader runs), a graceful release removes them, and the next holder
+/// writes its own; labels of others are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_names_its_holders_pod_and_node_in_labels() {
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir("holder-labels");
+    let labels = |api: &FakeApiServer| api.lease(LEASE).unwrap()["metadata"]["labels"].clone();
+    let mut a = Sidecar::spawn_with(&api, &dir, "a", Timing::FAST, &["--node-name", "node-1"]);
+    a.wait_term(Timing::FAST.lease * 2).await;
+    assert_eq!(labels(&api)["leader-gate.dev/holder"], json!("a"));
+    assert_eq!(labels(&api)["leader-gate.dev/holder-node"], json!("node-1"));
+    api.update_lease(LEASE, |l| l["metadata"]["labels"]["team"] = json!("sre"));
+    // A graceful stop releases: nobody holds it, no holder labels.
+    a.signal(libc::SIGTERM);
+    a.wait_exit(Duration::from_secs(15)).await.expect("a exits");
+    assert_eq!(lease_holder(&api.lease(LEASE).unwrap()), None);
+    assert_eq!(labels(&api).get("leader-gate.dev/holder"), None);
+    assert_eq!(labels(&api).get("leader-gate.dev/holder-node"), None);
+    // The next holder, on a node whose name is no label value (over 63
+    // characters), labels its pod only.
+    let long_node = format!("node-{}", "x".repeat(64));
+    let b = Sidecar::spawn_with(&api, &dir, "b", Timing::FAST, &["--node-name", &long_node]);
+    b.wait_term(Timing::FAST.lease * 2).await;
+    assert_eq!(labels(&api)["leader-gate.dev/holder"], json!("b"));
+    assert_eq!(labels(&api).get("leader-gate.dev/holder-node"), None);
+    assert_eq!(labels(&api)["team"], json!("sre"));
+}

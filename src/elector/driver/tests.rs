@@ -354,6 +354,7 @@ impl Candidate {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            holder_labels: Vec::new(),
         };
         let flips = Arc::new(Mutex::new(Vec::new()));
         let outlet = Flips {

@@ -88,6 +88,9 @@ pub struct Settings {
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
+    /// Put on the Lease with each acquisition, removed by a release
+    /// ([`crate::elector::lease::label_holder`]): this pod and its node.
+    pub holder_labels: Vec<(String, String)>,
 }
 
 /// The time of an input: the monotonic instant everything is judged on; the

@@ -208,6 +208,7 @@ impl Election {
                     self.settings.lease_duration,
                 );
                 super::successor::on_acquired(&mut object);
+                lease::label_holder(&mut object, &self.settings.holder_labels);
                 (object, lease.next_transitions())
             }
             Purpose::Renew => (lease.renewed(micros), lease.record().transitions),
@@ -239,6 +240,7 @@ impl Election {
             micros,
             s.lease_duration,
         );
+        lease::label_holder(&mut object, &s.holder_labels);
         lease::mark_writer(&mut object, &self.writer);
         // A new Lease starts at term 0.
         self.sent(Purpose::Acquire, micros, 0, now, None);

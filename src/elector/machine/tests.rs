@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::elector::api_error::Forbidden;
-use crate::elector::lease::RELEASED_TERM_ANNOTATION;
 use crate::elector::lease::fixtures::{LeaseBuilder, stored};
+use crate::elector::lease::{self, Lease, RELEASED_TERM_ANNOTATION};
 
 mod properties;
 mod spread;
@@ -42,6 +42,7 @@ fn settings(identity: &str) -> Settings {
         lease_duration: Duration::from_secs(15),
         renew_deadline: Duration::from_secs(10),
         retry_period: Duration::from_secs(2),
+        holder_labels: vec![(lease::HOLDER_LABEL.into(), identity.into())],
     }
 }
 
@@ -470,6 +471,29 @@ fn an_operator_writing_our_name_does_not_make_us_leader() {
     assert_eq!(stored.record().transitions, 4);
     h.feed(Input::Written(Ok(stored)), 16.2);
     assert!(h.election.is_leading());
+}
+
+#[test]
+fn an_acquisition_labels_the_lease_with_its_holder_and_a_release_removes_it() {
+    let mut h = Harness::new("b");
+    let held = h.server_sets(LeaseBuilder::held_by("a").label(lease::HOLDER_LABEL, "a"));
+    h.feed(Input::Observed(Some(held)), 0.0);
+    let (_, write) = h
+        .first_write(0.0, 16.0)
+        .expect("takes over once the record expired");
+    let taken = h.accept(&write);
+    let labels = taken.object().metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels[lease::HOLDER_LABEL], "b");
+    let released = Lease::new(taken.released());
+    assert_eq!(
+        released
+            .object()
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(lease::HOLDER_LABEL)),
+        None
+    );
 }
 
 #[test]
