@@ -252,8 +252,15 @@ fn refuse(format: LogFormat, text: &str) {
 /// them, `leader-gate NAME: message`; in JSON every subcommand writes the
 /// same objects as `serve`.
 fn init_logging(format: LogFormat, default: &str, prefix: Option<&'static str>) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // A client runs in the collector's container, whose RUST_LOG is the
+    // collector's (a `warn` there must not silence the gate): it counts
+    // for a client only when it names leader_gate.
+    let rust_log = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|filter| prefix.is_none() || filter.contains("leader_gate"));
+    let filter = rust_log
+        .and_then(|filter| tracing_subscriber::EnvFilter::try_new(filter).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

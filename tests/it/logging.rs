@@ -493,3 +493,44 @@ async fn the_shutdown_and_release_lines_say_what_each_pod_does() {
         }
     }
 }
+
+/// A gate runs in the collector's container, whose `RUST_LOG` is the
+/// collector's: a `warn` there does not silence the gate's lines; a
+/// `RUST_LOG` that names `leader_gate` does set their level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_heeds_only_a_rust_log_that_names_leader_gate() {
+    let api = FakeApiServer::start("collectors", "cluster-metrics").await;
+    let dir = test_dir("logging-rust-log");
+    let sidecar = Sidecar::spawn(&api, &dir, "a", Timing::GATES);
+    sidecar.wait_serving().await;
+    sidecar.wait_leading(Timing::GATES.lease * 2).await;
+    let url = format!("http://{}", sidecar.gate);
+    for (name, rust_log, says) in [
+        ("collectors-own", "warn", true),
+        ("names-leader-gate", "leader_gate=warn", false),
+    ] {
+        let started = dir.join(format!("{name}.started"));
+        let script = format!("touch {}; sleep 60", started.display());
+        let mut exec = GateClient::spawn(
+            &dir,
+            name,
+            &["exec", "--url", &url, "--", "sh", "-c", &script],
+            &[("RUST_LOG", rust_log)],
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !started.exists() {
+            assert!(Instant::now() < deadline, "{name}: {}", exec.stderr());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            exec.stderr().contains("started the child"),
+            says,
+            "RUST_LOG={rust_log}: {}",
+            exec.stderr()
+        );
+        // Not SIGTERM: that would hand the Lease over before the next one.
+        exec.signal(libc::SIGKILL);
+        exec.wait_exit(Duration::from_secs(10)).await;
+    }
+}
