@@ -173,12 +173,21 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
         log(&ExecError::NoCommand.to_string());
         return Err(ExecError::NoCommand);
     };
-    if resolve(Path::new(program)).is_none() {
+    let runnable = match resolve(Path::new(program)) {
+        None => Err(ExecError::NotFound(program.to_string_lossy().into_owned())),
+        Some(path) => match another_architecture(&path) {
+            Some(why) => Err(ExecError::CannotStart {
+                program: program.to_string_lossy().into_owned(),
+                why,
+            }),
+            None => Ok(()),
+        },
+    };
+    if let Err(error) = runnable {
         // Said at once, on followers too; and a leader's sidecar must hear
         // that nothing of its term runs here, or it counts this gate as
         // running for the whole crash loop (nothing ever started: true
         // whether or not this gate could prove a tree gone).
-        let error = ExecError::NotFound(program.to_string_lossy().into_owned());
         tracing::error!("{error}");
         let mut feed = Feed::registered(options.url.clone(), "exec", true);
         end_the_term_here(&mut feed, "the command is not found").await;
@@ -255,6 +264,10 @@ pub async fn run(options: ExecOptions) -> Result<u8, ExecError> {
                     if run.quit {
                         // SIGTERM: the pod is going away, its tree is gone.
                         hand_over(&options.url).await;
+                        // Stay registered until the sidecar stopped leading:
+                        // a gate gone while its pod leads is what a crash
+                        // loop looks like to the sidecar's metrics.
+                        until_stepped_down(&mut feed, &run.term).await;
                     }
                     return Ok(run.exited.as_ref().map_or(0, exit_code));
                 }
@@ -431,6 +444,47 @@ fn why_not_started(program: &Path, error: &std::io::Error) -> String {
     }
 }
 
+/// Why `path` cannot run here if it is a program for another architecture
+/// (an amd64 image on an arm64 node): said before it is started, because
+/// the kernel's "exec format error" never reaches `exec` — glibc's
+/// `execvp` hands such a file to `/bin/sh`, which fails with a shell's
+/// message of its own, or is missing.
+fn another_architecture(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let native: u16 = if cfg!(target_arch = "x86_64") {
+        62 // EM_X86_64
+    } else if cfg!(target_arch = "aarch64") {
+        183 // EM_AARCH64
+    } else {
+        return None;
+    };
+    let mut head = [0u8; 20];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    if head[..4] != *b"\x7fELF" {
+        return None;
+    }
+    let machine = match head[5] {
+        1 => u16::from_le_bytes([head[18], head[19]]),
+        2 => u16::from_be_bytes([head[18], head[19]]),
+        _ => return None,
+    };
+    let name = |machine: u16| match machine {
+        3 => "i386".to_owned(),
+        40 => "arm".to_owned(),
+        62 => "amd64".to_owned(),
+        183 => "arm64".to_owned(),
+        243 => "riscv64".to_owned(),
+        other => format!("ELF machine {other}"),
+    };
+    (machine != native).then(|| {
+        format!(
+            "exec format error: a program for {} on this {} machine (an image of another architecture?)",
+            name(machine),
+            name(native)
+        )
+    })
+}
+
 /// The interpreter a script names on its `#!` line, if it is one.
 fn interpreter(path: &Path) -> Option<String> {
     use std::io::Read;
@@ -495,6 +549,18 @@ async fn hand_over(url: &crate::client::url::GateUrl) {
     match crate::client::prestop::ask(url, HAND_OVER_TIMEOUT).await {
         Ok(_) => log("asked the sidecar to hand the Lease over"),
         Err(why) => log(&why),
+    }
+}
+
+/// Waits, for [`HAND_OVER_TIMEOUT`] at most, until the sidecar no longer
+/// leads `term` (a step-down it was asked for is published at once).
+async fn until_stepped_down(feed: &mut Feed, term: &str) {
+    let deadline = Instant::now() + HAND_OVER_TIMEOUT;
+    while feed.leading().is_some_and(|v| v.term == term) {
+        tokio::select! {
+            _ = feed.next() => {}
+            () = tokio::time::sleep_until(deadline) => return,
+        }
     }
 }
 
@@ -614,10 +680,28 @@ mod tests {
         );
         let why = why_not_started(&binary, &enoent);
         assert!(why.contains("no loader"), "{why}");
-        // What the kernel really answers for a file of another format.
-        let error = Command::new(&binary).spawn().unwrap_err();
-        let why = why_not_started(&binary, &error);
-        assert!(why.starts_with("exec format error"), "{error}: {why}");
+        let enoexec = std::io::Error::from_raw_os_error(libc::ENOEXEC);
+        assert!(why_not_started(&binary, &enoexec).starts_with("exec format error"));
+        // A program for another architecture is told before it is started
+        // (glibc's execvp would hand it to /bin/sh).
+        let foreign = dir.join("foreign");
+        let machine: u16 = if cfg!(target_arch = "aarch64") {
+            62
+        } else {
+            183
+        };
+        let mut elf = b"\x7fELF\x02\x01\x01".to_vec();
+        elf.resize(18, 0);
+        elf.extend_from_slice(&machine.to_le_bytes());
+        elf.extend_from_slice(b"rest of the header");
+        std::fs::write(&foreign, &elf).unwrap();
+        let why = another_architecture(&foreign).expect("another architecture");
+        assert!(why.starts_with("exec format error: a program for"), "{why}");
+        assert_eq!(
+            another_architecture(&std::env::current_exe().unwrap()),
+            None
+        );
+        assert_eq!(another_architecture(&script), None);
         let eacces = std::io::Error::from_raw_os_error(libc::EACCES);
         assert!(why_not_started(&binary, &eacces).contains("noexec"));
         let error = ExecError::CannotStart {

@@ -1138,3 +1138,34 @@ async fn a_file_gate_that_cannot_write_its_copy_gives_the_term_up_and_the_leader
     assert!(b_dst.exists(), "b's copy never landed\n{}", b.log());
     kubelet.abort();
 }
+
+/// Without `--reload-url` the sidecar could not hear that a term was given
+/// up (the gate never acknowledges), so a gate whose SRC is missing keeps
+/// trying instead of exiting: a SRC that comes late still lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_gate_without_a_reload_url_keeps_trying_a_copy_it_cannot_write() {
+    let timing = Timing::GATES;
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir("file-gate-keeps-trying");
+    let a = Sidecar::spawn(&api, &dir, "a", timing);
+    a.wait_serving().await;
+    a.wait_term(timing.lease * 2).await;
+    let src = dir.join("late.yml");
+    let dst = dir.join("cluster.yml");
+    let mut gate = FileGate::spawn(&dir, "gate", a.gate, &[], &[(&src, &dst)]);
+    // Five renewals, each a failed try, and more than the three that make
+    // a gate with a reload URL give the term up.
+    tokio::time::sleep(timing.retry * 5).await;
+    assert!(gate.log().contains("cannot read"), "{}", gate.log());
+    assert_eq!(gate.wait_exit(Duration::ZERO).await, None, "{}", gate.log());
+    std::fs::write(&src, b"- targets: ['late:9100']\n").unwrap();
+    let deadline = Instant::now() + timing.retry * 4;
+    while !dst.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the late SRC never landed\n{}",
+            gate.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -508,6 +508,53 @@ async fn lease_sample(sidecar: &Sidecar, name: &str) -> f64 {
 /// once (exit 127, as a collector that cannot start), restarted by a
 /// stand-in for the kubelet while its pod leads, is counted once per
 /// restart; an `exec` killed and restarted on a follower is not.
+/// A leader's `exec` stopped by SIGTERM (a rollout without the preStop
+/// hook) asks its sidecar to hand over and stays registered until it
+/// stepped down: a graceful stop is not counted as a gated container
+/// that went away while its pod led.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaders_exec_stopped_by_sigterm_is_not_counted_as_a_restart() {
+    const COUNTER: &str = "leader_gate_gate_disconnects_while_leading_total";
+    let api = FakeApiServer::start("monitoring", "metricbeat-leader").await;
+    let dir = test_dir("monitoring-gate-sigterm");
+    let leader = Sidecar::spawn(&api, &dir, "a", Timing::FAST);
+    leader.wait_leading(Timing::FAST.lease * 3).await;
+    let url = format!("http://{}", leader.gate);
+    let started = dir.join("started");
+    let script = format!("touch {}; sleep 60", started.display());
+    let mut exec = GateClient::spawn(
+        &dir,
+        "exec-a",
+        &["exec", "--url", &url, "--", "sh", "-c", &script],
+        &[],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "{}", exec.stderr());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    exec.signal(libc::SIGTERM);
+    assert_eq!(
+        exec.exit_code(Duration::from_secs(10)).await,
+        0,
+        "{}",
+        exec.stderr()
+    );
+    assert!(
+        exec.stderr()
+            .contains("asked the sidecar to hand the Lease over"),
+        "{}",
+        exec.stderr()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        lease_sample(&leader, COUNTER).await,
+        0.0,
+        "{}",
+        exec.stderr()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_looping_exec_on_the_leader_is_counted_once_per_restart() {
     const COUNTER: &str = "leader_gate_gate_disconnects_while_leading_total";

@@ -130,9 +130,10 @@ const STARTUP_RELOAD_WAIT: Duration = Duration::from_secs(10);
 /// How long shutting down waits for a 2xx reload after the removal before
 /// it exits without acknowledging.
 const SHUTDOWN_RELOAD_WAIT: Duration = Duration::from_secs(10);
-/// Tries in a row (one per renewal) that could not put a copy in place
-/// before `file-gate` gives the term up: a lasting cause (SRC missing, DST
-/// on a read-only or full volume, no permission), not a passing one.
+/// Tries in a row in one term (one per renewal) that could not put a copy
+/// in place before `file-gate` with `--reload-url` gives the term up: a
+/// lasting cause (SRC missing, DST on a read-only or full volume, no
+/// permission), not a passing one.
 const GIVE_UP_AFTER: u32 = 3;
 /// Retrying a removal that failed.
 const REMOVAL_RETRY: Duration = Duration::from_secs(1);
@@ -250,12 +251,17 @@ pub async fn run(options: FileGateOptions) -> u8 {
     while !exiting {
         // Writes go to the writer threads; a removal happens here and now.
         let removal_failed = if let Some(leading) = feed.leading() {
+            if closing.open() != Some(leading.term.as_str()) {
+                gate.new_term();
+            }
             closing.leading(&leading.term);
-            if gate.failed_writes() >= GIVE_UP_AFTER {
+            if acknowledges && gate.failed_writes() >= GIVE_UP_AFTER {
                 // Nothing of the term can run here, and the sidecar would
                 // count it as running for as long as this gate stayed:
                 // it is given up as on exit (removed, acknowledged once a
                 // reload proves it), and the kubelet's restarts show it.
+                // (Without a reload URL the sidecar could not hear it, so
+                // the gate keeps trying: a late SRC still lands.)
                 log(&format!(
                     "cannot put the copies of term {} in place ({GIVE_UP_AFTER} tries in a row failed, \
                      said above): giving the term up, removing every copy and exiting",
@@ -522,11 +528,8 @@ impl Gate {
         Self { options, writers }
     }
 
-    /// Asks every writer for a current copy of its SRC at its DST, with
-    /// the Lease's `place` substituted; returns at once (each writer tells
-    /// the reloader of what it changed).
-    /// Attempts in a row that could not put a copy in place, at the DST
-    /// that failed most.
+    /// Attempts in a row, in this term, that could not put a copy in
+    /// place, at the DST that failed most.
     fn failed_writes(&self) -> u32 {
         self.writers
             .iter()
@@ -535,6 +538,14 @@ impl Gate {
             .unwrap_or(0)
     }
 
+    /// A new term: its tries start from none failed.
+    fn new_term(&self) {
+        self.writers.iter().for_each(Writer::forget_failures);
+    }
+
+    /// Asks every writer for a current copy of its SRC at its DST, with
+    /// the Lease's `place` substituted; returns at once (each writer tells
+    /// the reloader of what it changed).
     fn write_all(&self, place: Option<&Place>) {
         for writer in &self.writers {
             writer.ensure(place);

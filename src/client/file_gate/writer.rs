@@ -190,6 +190,11 @@ impl Writer {
         self.shared.failed_writes.load(Ordering::Relaxed)
     }
 
+    /// Starts counting failed attempts anew (a new term).
+    pub(super) fn forget_failures(&self) {
+        self.shared.failed_writes.store(0, Ordering::Relaxed);
+    }
+
     /// Removes DST now, whatever the writer is doing; what it found. No
     /// write asked for before lands after. A removal that failed is said
     /// once until it succeeds (the caller retries it).
