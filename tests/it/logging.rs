@@ -310,15 +310,7 @@ async fn with_log_format_json_every_line_of_every_subcommand_is_json() {
     .await;
     assert!(dst.exists(), "the copy was kept through the outage");
 
-    file_gate.signal(libc::SIGTERM);
-    exec.signal(libc::SIGTERM);
-    assert!(file_gate.wait_exit(Duration::from_secs(10)).await.is_some());
-    assert_eq!(
-        exec.exit_code(Duration::from_secs(10)).await,
-        0,
-        "{}",
-        exec.stderr()
-    );
+    stop_both(&mut file_gate, &mut exec).await;
 
     let gate_lines = json_lines("file-gate", &file_gate.log());
     let said = messages(&gate_lines);
@@ -406,15 +398,7 @@ async fn without_log_format_the_clients_lines_stay_text() {
         assert!(Instant::now() < deadline, "copied:\n{}", file_gate.log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    file_gate.signal(libc::SIGTERM);
-    exec.signal(libc::SIGTERM);
-    assert!(file_gate.wait_exit(Duration::from_secs(10)).await.is_some());
-    assert_eq!(
-        exec.exit_code(Duration::from_secs(10)).await,
-        0,
-        "{}",
-        exec.stderr()
-    );
+    stop_both(&mut file_gate, &mut exec).await;
     let (code, status) = run_to_end(&["status", "--url", "http://127.0.0.1:9"], &[]);
     assert_eq!(code, 2);
     for (who, log) in [
@@ -533,4 +517,17 @@ async fn a_gate_heeds_only_a_rust_log_that_names_leader_gate() {
         exec.signal(libc::SIGKILL);
         exec.wait_exit(Duration::from_secs(10)).await;
     }
+}
+
+/// SIGTERM to both gates: the file gate exits, and `exec` exits 0.
+async fn stop_both(file_gate: &mut FileGate, exec: &mut GateClient) {
+    file_gate.signal(libc::SIGTERM);
+    exec.signal(libc::SIGTERM);
+    assert!(file_gate.wait_exit(Duration::from_secs(10)).await.is_some());
+    assert_eq!(
+        exec.exit_code(Duration::from_secs(10)).await,
+        0,
+        "{}",
+        exec.stderr()
+    );
 }

@@ -36,6 +36,45 @@ fn state_args(state: &Path) -> Vec<&str> {
     vec!["--state-dir", state.to_str().expect("a UTF-8 path")]
 }
 
+/// `a` leading, with `--state-dir` and `--gate-lag`, and `b` following it.
+struct Pair {
+    api: FakeApiServer,
+    dir: PathBuf,
+    /// `a`'s state directory.
+    state: PathBuf,
+    /// `a`'s flags, to restart it with.
+    args: Vec<String>,
+    a: Sidecar,
+    b: Sidecar,
+    /// `a`'s term.
+    term: String,
+}
+
+async fn a_leads_b_follows(test: &str, timing: Timing, gate_lag: Duration) -> Pair {
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir(test);
+    let state = dir.join("state-a");
+    let lag = format!("{}ms", gate_lag.as_millis());
+    let mut args: Vec<String> = state_args(&state).into_iter().map(str::to_owned).collect();
+    args.extend(["--gate-lag".to_owned(), lag.clone()]);
+    let flags: Vec<&str> = args.iter().map(String::as_str).collect();
+    let a = Sidecar::spawn_with(&api, &dir, "a", timing, &flags);
+    let term = a.wait_term(timing.lease * 3).await;
+    let b = Sidecar::spawn_with(&api, &dir, "b", timing, &["--gate-lag", &lag]);
+    b.wait_serving().await;
+    b.wait_for(Duration::from_secs(5), |p| p.holder() == Some("a"))
+        .await;
+    Pair {
+        api,
+        dir,
+        state,
+        args,
+        a,
+        b,
+        term,
+    }
+}
+
 /// Acquisitions by `b` (successful Lease writes naming it).
 fn led_by_b(api: &FakeApiServer) -> usize {
     api.requests_of("b", Verb::Update)
@@ -263,18 +302,16 @@ async fn a_resumed_term_waits_its_whole_gate_lag_for_the_gates_registered_before
         retry: Duration::from_secs(1),
     };
     const GATE_LAG: Duration = Duration::from_millis(2500);
-    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
-    let dir = test_dir("resume-gate-lag");
-    let state = dir.join("state-a");
-    let lag = format!("{}ms", GATE_LAG.as_millis());
-    let mut args = state_args(&state);
-    args.extend(["--gate-lag", lag.as_str()]);
-    let mut a = Sidecar::spawn_with(&api, &dir, "a", TIMING, &args);
-    let term = a.wait_term(TIMING.lease * 3).await;
-    let b = Sidecar::spawn_with(&api, &dir, "b", TIMING, &["--gate-lag", &lag]);
-    b.wait_serving().await;
-    b.wait_for(Duration::from_secs(5), |p| p.holder() == Some("a"))
-        .await;
+    let Pair {
+        api,
+        dir,
+        args,
+        mut a,
+        b: _b,
+        term,
+        ..
+    } = a_leads_b_follows("resume-gate-lag", TIMING, GATE_LAG).await;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut x = EventClient::connect_as_gate(a.gate, "x").await;
     let mut y = EventClient::connect_as_gate(a.gate, "y").await;
     for gate in [&mut x, &mut y] {
@@ -321,18 +358,16 @@ async fn a_resumed_term_waits_its_whole_gate_lag_for_the_gates_registered_before
 async fn a_sidecar_killed_during_a_step_downs_gate_lag_resumes_nothing() {
     const TIMING: Timing = Timing::GATES;
     const GATE_LAG: Duration = Duration::from_millis(2500);
-    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
-    let dir = test_dir("resume-after-step-down");
-    let state = dir.join("state-a");
-    let lag = format!("{}ms", GATE_LAG.as_millis());
-    let mut args = state_args(&state);
-    args.extend(["--gate-lag", lag.as_str()]);
-    let mut a = Sidecar::spawn_with(&api, &dir, "a", TIMING, &args);
-    let term = a.wait_term(TIMING.lease * 3).await;
-    let b = Sidecar::spawn_with(&api, &dir, "b", TIMING, &["--gate-lag", &lag]);
-    b.wait_serving().await;
-    b.wait_for(Duration::from_secs(5), |p| p.holder() == Some("a"))
-        .await;
+    let Pair {
+        api,
+        dir,
+        state,
+        args,
+        mut a,
+        b,
+        term,
+    } = a_leads_b_follows("resume-after-step-down", TIMING, GATE_LAG).await;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let record = || {
         std::fs::read_dir(&state)
             .unwrap()
