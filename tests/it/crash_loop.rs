@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use support::events::EventClient;
 use support::fake_apiserver::{FakeApiServer, lease_holder};
 use support::gate_clients::{COLLECTOR, ChildLog, GateClient};
+use support::kubelet::Kubelet;
 use support::monitor::Monitor;
 use support::sidecar::{Sidecar, Timing, get, test_dir};
 
@@ -45,71 +46,46 @@ note stop
 exit 2
 "#;
 
-/// Restarts a pod's `exec` whenever it exits, as the kubelet restarts a
-/// container; dropping it stops the loop and the `exec` it runs. It keeps
-/// the exit codes it saw.
-struct Kubelet {
-    task: tokio::task::JoinHandle<()>,
-    exits: std::sync::Arc<std::sync::Mutex<Vec<i32>>>,
+/// A pod's `exec`, restarted whenever it exits (see [`Kubelet`]).
+fn exec_restarted(
+    dir: &Path,
+    name: &'static str,
+    sidecar: &Sidecar,
+    log: &Path,
+    command: &[&str],
+) -> Kubelet {
+    let dir = dir.to_path_buf();
+    let url = format!("http://{}", sidecar.gate);
+    let log = log.to_str().expect("a UTF-8 path").to_owned();
+    let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+    Kubelet::start(RESTART_FIRST, RESTART_CAP, move |restart| {
+        let mut args = vec!["exec".to_owned(), "--url".into(), url.clone()];
+        args.extend(["--grace".into(), "2s".into(), "--".into()]);
+        args.extend(command.iter().cloned());
+        let (dir, log) = (dir.clone(), log.clone());
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut exec = GateClient::spawn(
+                &dir,
+                &format!("exec-{name}-{restart}"),
+                &args,
+                &[("NAME", name), ("LOG", &log)],
+            );
+            let (status, _) = exec.wait_exit(Duration::from_secs(3600)).await?;
+            Some(status.code().unwrap_or(-1))
+        }
+    })
 }
 
-impl Kubelet {
-    /// `exec -- sh -c SCRIPT`.
-    fn start(
-        dir: &Path,
-        name: &'static str,
-        sidecar: &Sidecar,
-        log: &Path,
-        script: &'static str,
-    ) -> Kubelet {
-        Self::start_command(dir, name, sidecar, log, &["sh", "-c", script])
-    }
-
-    /// `exec -- COMMAND…`.
-    fn start_command(
-        dir: &Path,
-        name: &'static str,
-        sidecar: &Sidecar,
-        log: &Path,
-        command: &[&str],
-    ) -> Kubelet {
-        let dir = dir.to_path_buf();
-        let url = format!("http://{}", sidecar.gate);
-        let log = log.to_str().expect("a UTF-8 path").to_owned();
-        let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
-        let exits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let seen = exits.clone();
-        let task = tokio::spawn(async move {
-            let mut delay = RESTART_FIRST;
-            for restart in 0.. {
-                let mut args = vec!["exec", "--url", &url, "--grace", "2s", "--"];
-                args.extend(command.iter().map(String::as_str));
-                let mut exec = GateClient::spawn(
-                    &dir,
-                    &format!("exec-{name}-{restart}"),
-                    &args,
-                    &[("NAME", name), ("LOG", &log)],
-                );
-                if let Some((status, _)) = exec.wait_exit(Duration::from_secs(3600)).await {
-                    seen.lock().unwrap().push(status.code().unwrap_or(-1));
-                }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(RESTART_CAP);
-            }
-        });
-        Kubelet { task, exits }
-    }
-
-    /// The exit codes so far.
-    fn exits(&self) -> Vec<i32> {
-        self.exits.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Kubelet {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// A pod's `exec -- sh -c SCRIPT`, restarted whenever it exits.
+fn exec_script_restarted(
+    dir: &Path,
+    name: &'static str,
+    sidecar: &Sidecar,
+    log: &Path,
+    script: &'static str,
+) -> Kubelet {
+    exec_restarted(dir, name, sidecar, log, &["sh", "-c", script])
 }
 
 fn sidecar(api: &FakeApiServer, dir: &Path, name: &str) -> Sidecar {
@@ -154,11 +130,11 @@ async fn a_leader_whose_collector_crash_loops_hands_the_lease_to_a_peer_whose_co
     let led = a.wait_leading(TIMING.lease * 2).await;
     let term = led.term().unwrap().to_owned();
     let mut stream = EventClient::connect(a.gate, None).await;
-    let _a_exec = Kubelet::start(&dir, "a", &a, &log.0, CRASHER);
+    let _a_exec = exec_script_restarted(&dir, "a", &a, &log.0, CRASHER);
     let b = sidecar(&api, &dir, "b");
     b.wait_serving().await;
     let monitor = Monitor::start(&[&a, &b]);
-    let _b_exec = Kubelet::start(&dir, "b", &b, &log.0, COLLECTOR);
+    let _b_exec = exec_script_restarted(&dir, "b", &b, &log.0, COLLECTOR);
 
     // While it leads between two restarts, the metric says so.
     let deadline = Instant::now() + TIMING.lease * 3;
@@ -249,7 +225,7 @@ async fn with_every_collector_crash_looping_the_group_keeps_a_leader_and_terms_g
     let _kubelets: Vec<Kubelet> = names
         .iter()
         .zip(&sidecars)
-        .map(|(name, sidecar)| Kubelet::start(&dir, name, sidecar, &log.0, CRASHER))
+        .map(|(name, sidecar)| exec_script_restarted(&dir, name, sidecar, &log.0, CRASHER))
         .collect();
     let from = Instant::now();
     let watch = Duration::from_secs(40);
@@ -355,7 +331,7 @@ async fn a_collector_that_exits_once_and_is_restarted_within_the_bound_keeps_the
         .unwrap()
         .to_owned();
     let mut stream = EventClient::connect(a.gate, None).await;
-    let _exec = Kubelet::start(&dir, "a", &a, &log.0, CRASHES_ONCE);
+    let _exec = exec_script_restarted(&dir, "a", &a, &log.0, CRASHES_ONCE);
     // The crash, then the run after the restart (within RESTART_FIRST).
     let runs = |log: &ChildLog| log.entries().iter().filter(|e| e.what == "start").count();
     let deadline = Instant::now() + TIMING.lease * 2;
@@ -416,11 +392,11 @@ async fn a_command_that_cannot_start_hands_the_lease_over(
     let mut stream = EventClient::connect(a.gate, None).await;
 
     let command = command(&dir);
-    let a_kubelet = Kubelet::start_command(&dir, "a", &a, &log.0, &[&command]);
+    let a_kubelet = exec_restarted(&dir, "a", &a, &log.0, &[&command]);
     // b: a healthy peer whose collector would run.
     let b = sidecar(&api, &dir, "b");
     b.wait_serving().await;
-    let _b_kubelet = Kubelet::start(&dir, "b", &b, &log.0, COLLECTOR);
+    let _b_kubelet = exec_script_restarted(&dir, "b", &b, &log.0, COLLECTOR);
 
     // The bound is 2 s; the crashing child of the control test is handed
     // over about 2-3.5 s after its last run. Give it ten times that.
@@ -520,20 +496,14 @@ async fn an_exec_killed_in_a_loop_without_a_word_hands_the_lease_over() {
     a.wait_serving().await;
     let term = a.wait_term(TIMING.lease * 2).await;
     let mut stream = EventClient::connect(a.gate, None).await;
-    let kills = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     // The kubelet: restarts a's exec after 0.5 s, doubling up to 12 s (the
     // bound, 2 s, must fit after gone-for-good, about 5.4 s here); a's
     // collector is killed, exec and all, as soon as it runs.
     let kubelet = {
-        let (dir, url, log, kills) = (
-            dir.clone(),
-            format!("http://{}", a.gate),
-            ChildLog(log.0.clone()),
-            kills.clone(),
-        );
-        tokio::spawn(async move {
-            let mut delay = RESTART_FIRST;
-            for restart in 0.. {
+        let (dir, url, log) = (dir.clone(), format!("http://{}", a.gate), log.0.clone());
+        Kubelet::start(RESTART_FIRST, Duration::from_secs(12), move |restart| {
+            let (dir, url, log) = (dir.clone(), url.clone(), ChildLog(log.clone()));
+            async move {
                 let starts = || {
                     log.entries()
                         .iter()
@@ -555,22 +525,20 @@ async fn an_exec_killed_in_a_loop_without_a_word_hands_the_lease_over() {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 exec.signal(libc::SIGKILL);
-                exec.wait_exit(Duration::from_secs(10)).await;
-                kills.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(12));
+                let (status, _) = exec.wait_exit(Duration::from_secs(10)).await?;
+                Some(status.code().unwrap_or(-1))
             }
         })
     };
     let b = sidecar(&api, &dir, "b");
     b.wait_serving().await;
-    let _b_kubelet = Kubelet::start(&dir, "b", &b, &log.0, COLLECTOR);
+    let _b_kubelet = exec_script_restarted(&dir, "b", &b, &log.0, COLLECTOR);
 
     let stopped = stream
         .next_of("stopped-leading", Duration::from_secs(60))
         .await;
-    let killed = kills.load(std::sync::atomic::Ordering::Relaxed);
-    kubelet.abort();
+    let killed = kubelet.exits().len();
+    drop(kubelet);
     let stopped = stopped.unwrap_or_else(|| {
         panic!(
             "a kept the Lease while its exec was killed {killed} times\n{}",

@@ -23,6 +23,7 @@ use serde_json::json;
 use support::events::{EventClient, Received};
 use support::fake_apiserver::{FakeApiServer, Fault, FaultKind, Verb};
 use support::file_gate::{Change, FileGate, Post, Reloads, Sampler, replace};
+use support::kubelet::Kubelet;
 use support::sidecar::{Sidecar, Timing, test_dir};
 
 const LEASE: &str = "cluster-metrics";
@@ -1066,18 +1067,12 @@ async fn a_file_gate_that_cannot_write_its_copy_gives_the_term_up_and_the_leader
     let a_url = a_reloads.url(RELOAD_PATH);
     // The kubelet's restarts of a's file gate (0.5 s, doubling, as
     // CrashLoopBackOff's scaled down); the exit codes seen.
-    let exits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let kubelet = {
-        let (dir, exits, missing, a_dst, gate) = (
-            dir.clone(),
-            exits.clone(),
-            missing.clone(),
-            a_dst.clone(),
-            a.gate,
-        );
-        tokio::spawn(async move {
-            let mut delay = Duration::from_millis(500);
-            for restart in 0.. {
+        let (dir, missing, a_dst, gate) = (dir.clone(), missing.clone(), a_dst.clone(), a.gate);
+        Kubelet::start(Duration::from_millis(500), SECOND * 4, move |restart| {
+            let (dir, missing, a_dst, a_url) =
+                (dir.clone(), missing.clone(), a_dst.clone(), a_url.clone());
+            async move {
                 let mut gate = FileGate::spawn(
                     &dir,
                     &format!("gate-a-{restart}"),
@@ -1085,11 +1080,8 @@ async fn a_file_gate_that_cannot_write_its_copy_gives_the_term_up_and_the_leader
                     &["--reload-url", &a_url],
                     &[(&missing, &a_dst)],
                 );
-                if let Some(status) = gate.wait_exit(SECOND * 3600).await {
-                    exits.lock().unwrap().push(status.code().unwrap_or(-1));
-                }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(SECOND * 4);
+                let status = gate.wait_exit(SECOND * 3600).await?;
+                Some(status.code().unwrap_or(-1))
             }
         })
     };
@@ -1107,7 +1099,7 @@ async fn a_file_gate_that_cannot_write_its_copy_gives_the_term_up_and_the_leader
     );
 
     let stopped = stream.next_of("stopped-leading", SECOND * 30).await;
-    let seen = exits.lock().unwrap().clone();
+    let seen = kubelet.exits();
     let first = std::fs::read_to_string(dir.join("gate-a-0.log")).unwrap_or_default();
     println!("a led term {term}; its file gate exited {seen:?}\ngate-a-0 said:\n{first}");
     let stopped = stopped.unwrap_or_else(|| {
@@ -1136,7 +1128,7 @@ async fn a_file_gate_that_cannot_write_its_copy_gives_the_term_up_and_the_leader
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(b_dst.exists(), "b's copy never landed\n{}", b.log());
-    kubelet.abort();
+    drop(kubelet);
 }
 
 /// Without `--reload-url` the sidecar could not hear that a term was given

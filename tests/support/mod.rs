@@ -11,6 +11,7 @@ pub mod gate_clients;
 pub mod gate_pods;
 pub mod health;
 pub mod history;
+pub mod kubelet;
 pub mod monitor;
 pub mod process;
 pub mod prometheus;
