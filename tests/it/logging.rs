@@ -370,11 +370,7 @@ async fn with_log_format_json_every_line_of_every_subcommand_is_json() {
 /// `leader-gate NAME: …`, and none is JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_log_format_the_clients_lines_stay_text() {
-    let api = FakeApiServer::start("collectors", "cluster-metrics").await;
-    let dir = test_dir("logging-text");
-    let sidecar = Sidecar::spawn(&api, &dir, "a", Timing::GATES);
-    sidecar.wait_serving().await;
-    sidecar.wait_leading(Timing::GATES.lease * 2).await;
+    let (_api, dir, sidecar) = leading_sidecar("logging-text").await;
     let url = format!("http://{}", sidecar.gate);
     let mut exec = GateClient::spawn(
         &dir,
@@ -483,11 +479,7 @@ async fn the_shutdown_and_release_lines_say_what_each_pod_does() {
 /// `RUST_LOG` that names `leader_gate` does set their level.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gate_heeds_only_a_rust_log_that_names_leader_gate() {
-    let api = FakeApiServer::start("collectors", "cluster-metrics").await;
-    let dir = test_dir("logging-rust-log");
-    let sidecar = Sidecar::spawn(&api, &dir, "a", Timing::GATES);
-    sidecar.wait_serving().await;
-    sidecar.wait_leading(Timing::GATES.lease * 2).await;
+    let (_api, dir, sidecar) = leading_sidecar("logging-rust-log").await;
     let url = format!("http://{}", sidecar.gate);
     for (name, rust_log, says) in [
         ("collectors-own", "warn", true),
@@ -530,4 +522,15 @@ async fn stop_both(file_gate: &mut FileGate, exec: &mut GateClient) {
         "{}",
         exec.stderr()
     );
+}
+
+/// A sidecar `a` that leads, in a test directory of its own (keep the API
+/// server for as long as the sidecar).
+async fn leading_sidecar(test: &str) -> (FakeApiServer, std::path::PathBuf, Sidecar) {
+    let api = FakeApiServer::start("collectors", "cluster-metrics").await;
+    let dir = test_dir(test);
+    let sidecar = Sidecar::spawn(&api, &dir, "a", Timing::GATES);
+    sidecar.wait_serving().await;
+    sidecar.wait_leading(Timing::GATES.lease * 2).await;
+    (api, dir, sidecar)
 }
