@@ -36,9 +36,10 @@ END = "<!-- module-graph: end -->"
 # The floors, lowest first. A top-level room may import rooms on lower floors
 # and itself; rooms on one floor do not import each other.
 FLOORS = [
-    ["clock", "backoff", "duration", "exit", "args"],
+    ["clock", "backoff", "duration", "exit", "args", "timing"],
     ["elector"],
     ["serve", "client"],
+    ["inject"],
     ["cli"],
     ["main"],
 ]

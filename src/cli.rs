@@ -14,6 +14,7 @@ use crate::client::status::WaitArgs;
 use crate::client::url::ClientArgs;
 use crate::client::watch::WatchArgs;
 use crate::elector::handover::HandoverArgs;
+use crate::inject::InjectArgs;
 use crate::serve::config::ServeArgs;
 
 /// leader-gate: contends for a Kubernetes Lease and tells the collector next
@@ -51,6 +52,9 @@ pub enum Command {
     /// Ask the holder of the Lease to hand it over (to --to, or to the named
     /// successor) and wait for the new holder.
     Handover(HandoverArgs),
+    /// Gate the collector workloads of Kubernetes YAML (a file or stdin) and
+    /// print the result; with --check, say what would break in a gated one.
+    Inject(InjectArgs),
 }
 
 #[derive(Debug, Args)]
@@ -76,6 +80,7 @@ impl Command {
             Self::Prestop(_) => "prestop",
             Self::Install(_) => "install",
             Self::Handover(_) => "handover",
+            Self::Inject(_) => "inject",
         }
     }
 
@@ -91,6 +96,7 @@ impl Command {
             Self::Prestop(args) => args.client.log,
             Self::Install(args) => args.log,
             Self::Handover(args) => args.log,
+            Self::Inject(args) => args.log,
         };
         log.log_format
     }
@@ -130,7 +136,8 @@ mod tests {
 
     use super::*;
     use crate::client::exec::{DEFAULT_GRACE, DEFAULT_MARGIN, check_grace};
-    use crate::serve::config::{SHUTDOWN_SLACK, ServeConfig};
+    use crate::serve::config::ServeConfig;
+    use crate::timing::SHUTDOWN_SLACK;
 
     fn args(extra: &[&str]) -> Result<ServeConfig, String> {
         let mut argv = vec!["leader-gate", "serve", "--lease-name", "demo"];

@@ -10,7 +10,8 @@
 //! composes them into the one command line. [`args`] (what several sides'
 //! flags share: Kubernetes names, the namespace, a bad flag's error, the
 //! log format),
-//! [`duration`], [`exit`], [`clock`] and [`backoff`] are shared by all three
+//! [`duration`], [`exit`], [`clock`], [`backoff`] and [`timing`] (the rules
+//! that tie a pod's containers' timings together) are shared by all three
 //! sides and import nothing of them.
 //!
 //! The serving side reads the elector through [`elector::driver::Outlet`] and
@@ -25,4 +26,6 @@ pub mod clock;
 pub mod duration;
 pub mod elector;
 pub mod exit;
+pub mod inject;
 pub mod serve;
+pub mod timing;

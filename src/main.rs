@@ -91,6 +91,14 @@ async fn run_client(command: Command, format: LogFormat) -> ExitCode {
     match command {
         Command::Serve(_) => unreachable!("serve is not a client"),
         Command::Handover(args) => leader_gate::elector::handover::run(args).await,
+        Command::Inject(args) => {
+            let outcome = leader_gate::inject::run(&args);
+            print!("{}", outcome.stdout);
+            for line in &outcome.stderr {
+                eprintln!("{line}");
+            }
+            ExitCode::from(outcome.code)
+        }
         Command::Watch(WatchArgs { client, json }) => {
             // Returns only when the output closed (the reader of a pipe exited).
             let _closed = watch::run(client.gate(), json, std::io::stdout()).await;

@@ -18,6 +18,7 @@ use crate::elector::lease::{HOLDER_LABEL, HOLDER_NODE_LABEL, MAX_IDENTITY_LEN};
 use crate::serve::collector_health;
 use crate::serve::gate_channel::GateChannel;
 use crate::serve::routing;
+use crate::timing::{SHUTDOWN_SLACK, default_gate_lag};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -200,18 +201,6 @@ pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(100);
 pub const MAX_CLAIM_WINDOW: Duration = Duration::from_secs(3600);
 /// The most `/events` streams: each costs a few KiB and a socket.
 pub const MAX_SUBSCRIBERS: usize = 100_000;
-
-/// `--shutdown-timeout` by default is the gate lag plus this: the release
-/// write (whose request timeout is half the renew deadline, 5 s by default)
-/// and closing the listeners.
-pub const SHUTDOWN_SLACK: Duration = Duration::from_secs(5);
-
-/// `--gate-lag` when not given: 80% of the margin, so a graceful hand-over
-/// waits about as long as a crash gives the gates (the margin), less a fifth
-/// for scheduling and throttling; 4 s with the default timings.
-pub fn default_gate_lag(lease_duration: Duration, renew_deadline: Duration) -> Duration {
-    lease_duration.saturating_sub(renew_deadline) * 4 / 5
-}
 
 /// Validated `serve` configuration. The namespace may still be unresolved:
 /// its fallbacks need the kube configuration (see
