@@ -14,7 +14,16 @@ use clap::Args;
 use crate::args::LogArgs;
 
 pub mod check;
+pub mod metricbeat;
+pub mod plan;
+pub mod pod;
+pub mod rbac;
+pub mod workload;
 pub mod yaml;
+
+use plan::{GateKind, Plan, Timings};
+use workload::{Collector, Workload};
+use yaml::{Node, write_stream};
 
 /// The image `inject` puts in the pods: this version's.
 pub const IMAGE: &str = concat!(
@@ -35,6 +44,40 @@ pub struct InjectArgs {
     /// when there is any.
     #[arg(long)]
     pub check: bool,
+
+    /// Gate only this workload (NAME or KIND/NAME; repeat for several).
+    /// Without it, every DaemonSet, Deployment, StatefulSet and ECK
+    /// Beat/Agent whose collector inject knows by its image.
+    #[arg(long = "workload", value_name = "NAME")]
+    pub workloads: Vec<String>,
+
+    /// The collector container, when inject cannot tell it by its image
+    /// (Metricbeat, Elastic Agent, OpenTelemetry Collector, Prometheus).
+    #[arg(long, value_name = "NAME")]
+    pub container: Option<String>,
+
+    /// The gate, instead of the one recommended for the collector: `file`
+    /// for Metricbeat (its `unique: true` modules placed on the leader),
+    /// `exec` for a Deployment's collector (it runs only on the leader),
+    /// `poll` (the sidecar only: the collector asks GET /leader).
+    #[arg(long, value_enum)]
+    pub gate: Option<GateKind>,
+
+    /// The Lease's name (default: the workload's name + `-leader`).
+    #[arg(long, value_name = "NAME")]
+    pub lease: Option<String>,
+
+    /// The leader-gate image the pods run.
+    #[arg(long, default_value = IMAGE)]
+    pub image: String,
+
+    /// Under hostNetwork the sidecar listens on the node's ports: the first
+    /// gated hostNetwork workload of the stream gets this one (gate
+    /// listener, 127.0.0.1) and the next (admin), the second the two after,
+    /// and so on. Pick a base that no other hostNetwork workload on those
+    /// nodes uses (another stream's inject: a base 2 higher per workload).
+    #[arg(long, default_value_t = 4040, value_name = "PORT")]
+    pub host_port_base: u16,
 
     #[command(flatten)]
     pub log: LogArgs,
@@ -89,11 +132,141 @@ pub fn run_on(args: &InjectArgs, text: &str) -> Outcome {
             stderr: findings,
         };
     }
-    Outcome {
-        code: 0,
-        stdout: yaml::write_stream(&docs),
-        stderr: Vec::new(),
+    let mut docs = docs;
+    match inject(&mut docs, args) {
+        Ok(notes) => Outcome {
+            code: 0,
+            stdout: write_stream(&docs),
+            stderr: notes
+                .into_iter()
+                .map(|n| format!("leader-gate inject: {n}"))
+                .collect(),
+        },
+        Err(error) => Outcome {
+            code: 1,
+            stdout: String::new(),
+            stderr: vec![format!("leader-gate inject: {error}")],
+        },
     }
+}
+
+/// Gates the chosen workloads of `docs` in place; returns what it did that
+/// the user should know.
+pub fn inject(docs: &mut Vec<Node>, args: &InjectArgs) -> Result<Vec<String>, String> {
+    let all = workload::find(docs);
+    let chosen: Vec<Workload> = if args.workloads.is_empty() {
+        all.into_iter()
+            .filter(|w| {
+                w.pod_spec(docs)
+                    .is_some_and(|pod| workload::collector(pod, args.container.as_deref()).is_ok())
+            })
+            .collect()
+    } else {
+        let mut chosen = Vec::new();
+        for wanted in &args.workloads {
+            let found = all
+                .iter()
+                .find(|w| *wanted == w.name || *wanted == w.label())
+                .ok_or_else(|| format!("no workload {wanted} in the input (DaemonSet, Deployment, StatefulSet, Beat, Agent)"))?;
+            chosen.push(found.clone());
+        }
+        chosen
+    };
+    if chosen.is_empty() {
+        return Err("no workload here runs a collector inject knows by its image: name it with --workload and --container".to_owned());
+    }
+    let mut notes = Vec::new();
+    let mut host_ports = args.host_port_base;
+    for w in &chosen {
+        let said = |e: String| format!("{}: {e}", w.label());
+        let mut w_notes = gate_one(docs, w, args, &mut host_ports).map_err(said)?;
+        notes.extend(w_notes.drain(..).map(|n| format!("{}: {n}", w.label())));
+    }
+    Ok(notes)
+}
+
+fn gate_one(
+    docs: &mut Vec<Node>,
+    w: &Workload,
+    args: &InjectArgs,
+    host_ports: &mut u16,
+) -> Result<Vec<String>, String> {
+    let w = &w.refind(docs).ok_or("no pod spec")?;
+    let pod = w.pod_spec(docs).ok_or("no pod spec")?;
+    let (at, kind) = workload::collector(pod, args.container.as_deref())?;
+    let container = pod.seq("containers")[at]
+        .as_map()
+        .cloned()
+        .unwrap_or_default();
+    let gate = match args.gate {
+        Some(gate) => gate,
+        None => GateKind::recommended(kind, w.per_node())?,
+    };
+    let host_network = pod.get("hostNetwork") == Some(&Node::Bool(true));
+    let account = pod
+        .str("serviceAccountName")
+        .or_else(|| pod.str("serviceAccount"))
+        .map(str::to_owned);
+    let mut notes = Vec::new();
+    let (file, reload) = match gate {
+        GateKind::File if kind == Collector::Metricbeat => {
+            let converted = metricbeat::convert(docs, w, &container)?;
+            notes.extend(converted.notes);
+            (Some(converted.placement), Some(converted.reload_period))
+        }
+        GateKind::File => {
+            return Err("--gate file is set up by inject for Metricbeat only (its modules directory); for another collector use docs/gates.md's file gate by hand, or --gate exec".to_owned());
+        }
+        _ => (None, None),
+    };
+    let ports = host_network.then(|| {
+        let ports = (*host_ports, *host_ports + 1);
+        *host_ports += 2;
+        notes.push(format!(
+            "hostNetwork: the sidecar listens on the node's 127.0.0.1:{} and 0.0.0.0:{}; another hostNetwork workload gated on these nodes needs other ports (--host-port-base)",
+            ports.0, ports.1
+        ));
+        ports
+    });
+    let plan = Plan {
+        gate,
+        lease: args
+            .lease
+            .clone()
+            .unwrap_or_else(|| format!("{}-leader", w.name)),
+        timings: Timings::for_gate(gate, reload),
+        image: args.image.clone(),
+        ports,
+        health_url: None,
+        file,
+    };
+    // The conversion may have added a document before the workload.
+    let w = &w.refind(docs).ok_or("no pod spec")?;
+    let pod = w.pod_spec_mut(docs).ok_or("no pod spec")?;
+    notes.extend(pod::gate(pod, at, kind, &plan)?);
+    let new_account = account.is_none();
+    let account = account.unwrap_or_else(|| w.name.clone());
+    if new_account {
+        pod.insert("serviceAccountName", Node::str(&account));
+        notes.push(format!(
+            "serviceAccountName {account}, a ServiceAccount of its own for the Lease's RBAC"
+        ));
+    }
+    if let Some(meta) = w.pod_metadata_mut(docs) {
+        meta.map_entry("annotations")
+            .insert(pod::INJECTED, Node::str(env!("CARGO_PKG_VERSION")));
+    }
+    for object in rbac::objects(&w.name, &w.namespace, &account, &plan.lease, new_account) {
+        rbac::upsert(docs, object);
+    }
+    notes.push(format!(
+        "gate {}, Lease {}: a crashed leader is replaced after about {}, a graceful hand-over waits at most {}",
+        clap::ValueEnum::to_possible_value(&gate).map_or_else(String::new, |v| v.get_name().to_owned()),
+        plan.lease,
+        crate::duration::HumanDuration(plan.timings.lease_duration),
+        crate::duration::HumanDuration(plan.timings.gate_lag)
+    ));
+    Ok(notes)
 }
 
 fn read_input(path: &std::path::Path) -> std::io::Result<String> {

@@ -81,6 +81,25 @@ impl Map {
         self.get_mut(key).and_then(Node::as_map_mut)
     }
 
+    /// The mapping at the end of `path` (keys through mappings).
+    pub fn at(&self, path: &[&str]) -> Option<&Map> {
+        let mut map = self;
+        for key in path {
+            map = map.map(key)?;
+        }
+        Some(map)
+    }
+
+    /// The string at the end of `path` (keys through mappings).
+    pub fn at_str(&self, path: &[&str]) -> Option<&str> {
+        let (last, through) = path.split_last()?;
+        let mut map = self;
+        for key in through {
+            map = map.map(key)?;
+        }
+        map.str(last)
+    }
+
     pub fn seq(&self, key: &str) -> &[Node] {
         self.get(key).and_then(Node::as_seq).unwrap_or(&[])
     }
@@ -179,7 +198,11 @@ pub fn read_one(text: &str) -> Result<Node, YamlError> {
 
 /// One document as YAML text, ending in a newline.
 pub fn write_one(node: &Node) -> String {
-    let mut out = serde_saphyr::to_string(node).expect("a Node always serializes");
+    let mut options = serde_saphyr::SerializerOptions::default();
+    // A long one-line string (a file gate's SRC:DST) stays one plain line.
+    options.min_fold_chars = usize::MAX;
+    let mut out =
+        serde_saphyr::to_string_with_options(node, options).expect("a Node always serializes");
     if !out.ends_with('\n') {
         out.push('\n');
     }

@@ -1,0 +1,167 @@
+//! Where a stream's workloads keep their pods: the pod template of a
+//! DaemonSet, Deployment or StatefulSet, and the pod templates of the
+//! operators' resources people gate (ECK's `Beat` and `Agent`), and which of
+//! a pod's containers is the collector.
+
+use super::yaml::{Map, Node};
+
+/// A gateable workload of the stream.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// Its document's place in the stream.
+    pub doc: usize,
+    pub kind: String,
+    pub name: String,
+    pub namespace: String,
+    /// The path from the document to its pod spec.
+    pub pod_path: &'static [&'static str],
+}
+
+impl Workload {
+    /// `KIND/NAME`, as every message names it.
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.kind, self.name)
+    }
+
+    pub fn pod_spec<'a>(&self, docs: &'a [Node]) -> Option<&'a Map> {
+        docs[self.doc].at(self.pod_path)
+    }
+
+    pub fn pod_spec_mut<'a>(&self, docs: &'a mut [Node]) -> Option<&'a mut Map> {
+        docs[self.doc].at_mut(self.pod_path)
+    }
+
+    /// The pod template's metadata (its labels and annotations), made if missing.
+    pub fn pod_metadata_mut<'a>(&self, docs: &'a mut [Node]) -> Option<&'a mut Map> {
+        let template = &self.pod_path[..self.pod_path.len() - 1];
+        Some(docs[self.doc].at_mut(template)?.map_entry("metadata"))
+    }
+
+    /// This workload in `docs` as they are now (documents added before it
+    /// move it).
+    pub fn refind(&self, docs: &[Node]) -> Option<Workload> {
+        find(docs).into_iter().find(|w| {
+            (&w.kind, &w.name, &w.namespace, w.pod_path)
+                == (&self.kind, &self.name, &self.namespace, self.pod_path)
+        })
+    }
+
+    /// DaemonSets run one pod per node: their collectors do node work too.
+    pub fn per_node(&self) -> bool {
+        self.kind == "DaemonSet" || self.pod_path.contains(&"daemonSet")
+    }
+}
+
+/// Every workload of the stream whose pod spec is where its kind keeps it.
+pub fn find(docs: &[Node]) -> Vec<Workload> {
+    let mut found = Vec::new();
+    for (doc, node) in docs.iter().enumerate() {
+        let Some(map) = node.as_map() else { continue };
+        let (Some(kind), Some(name)) = (map.str("kind"), map.at_str(&["metadata", "name"])) else {
+            continue;
+        };
+        let namespace = map
+            .at_str(&["metadata", "namespace"])
+            .unwrap_or("default")
+            .to_owned();
+        let paths: &[&'static [&'static str]] = match kind {
+            "DaemonSet" | "Deployment" | "StatefulSet" => &[&["spec", "template", "spec"]],
+            "Beat" | "Agent" => &[
+                &["spec", "daemonSet", "podTemplate", "spec"],
+                &["spec", "deployment", "podTemplate", "spec"],
+            ],
+            _ => &[],
+        };
+        for &pod_path in paths {
+            if node.at(pod_path).is_some() {
+                found.push(Workload {
+                    doc,
+                    kind: kind.to_owned(),
+                    name: name.to_owned(),
+                    namespace: namespace.clone(),
+                    pod_path,
+                });
+            }
+        }
+    }
+    found
+}
+
+/// The collectors `inject` knows by their image, with what it needs of each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collector {
+    Metricbeat,
+    ElasticAgent,
+    OtelCollector,
+    Prometheus,
+    /// Named by `--container`, image unknown to `inject`.
+    Other,
+}
+
+impl Collector {
+    /// Which collector an image is, by the name of its repository.
+    pub fn of_image(image: &str) -> Option<Collector> {
+        let repo = image.rsplit('/').next().unwrap_or(image);
+        let repo = repo.split([':', '@']).next().unwrap_or(repo);
+        match repo {
+            "metricbeat" => Some(Collector::Metricbeat),
+            "elastic-agent" | "elastic-agent-complete" => Some(Collector::ElasticAgent),
+            r if r.starts_with("opentelemetry-collector") || r.starts_with("otelcol") => {
+                Some(Collector::OtelCollector)
+            }
+            "prometheus" => Some(Collector::Prometheus),
+            _ => None,
+        }
+    }
+
+    /// The image's ENTRYPOINT, which a container without `command` runs,
+    /// for the images `inject` knows; `exec` must be told it.
+    pub fn entrypoint(image: &str) -> Option<Vec<&'static str>> {
+        let repo = image.rsplit('/').next().unwrap_or(image);
+        let repo = repo.split([':', '@']).next().unwrap_or(repo);
+        Some(match repo {
+            "prometheus" => vec!["/bin/prometheus"],
+            "opentelemetry-collector-contrib" | "otelcol-contrib" => vec!["/otelcol-contrib"],
+            "opentelemetry-collector-k8s" | "otelcol-k8s" => vec!["/otelcol-k8s"],
+            "opentelemetry-collector" | "otelcol" => vec!["/otelcol"],
+            "metricbeat" => vec![
+                "/usr/bin/tini",
+                "-s",
+                "--",
+                "/usr/local/bin/docker-entrypoint",
+            ],
+            _ => return None,
+        })
+    }
+}
+
+/// The collector container of a pod: the one `--container` names, else the
+/// one container whose image `inject` knows. Its index and kind.
+pub fn collector(pod: &Map, named: Option<&str>) -> Result<(usize, Collector), String> {
+    let containers = pod.seq("containers");
+    let name_of = |c: &Node| c.as_map().and_then(|c| c.str("name")).map(str::to_owned);
+    if let Some(named) = named {
+        let at = containers
+            .iter()
+            .position(|c| name_of(c).as_deref() == Some(named))
+            .ok_or_else(|| format!("no container named {named}"))?;
+        let image = containers[at]
+            .as_map()
+            .and_then(|c| c.str("image"))
+            .unwrap_or("");
+        return Ok((at, Collector::of_image(image).unwrap_or(Collector::Other)));
+    }
+    let known: Vec<(usize, Collector)> = containers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let image = c.as_map()?.str("image")?;
+            Some((i, Collector::of_image(image)?))
+        })
+        .collect();
+    match known.as_slice() {
+        [one] => Ok(*one),
+        [] => Err("no container runs a collector inject knows (Metricbeat, Elastic Agent, OpenTelemetry Collector, Prometheus): name it with --container".to_owned()),
+        _ => Err("several collector containers: name one with --container".to_owned()),
+    }
+}

@@ -1,0 +1,352 @@
+//! `leader-gate inject` on real upstream manifests (tests/fixtures/upstream,
+//! provenance in its README): what it gates, that a second run changes no
+//! byte, that what it does not own comes back as it was, and where it
+//! refuses with the way out.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use leader_gate::inject::yaml::{Map, Node, read_one, read_stream, write_stream};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/upstream");
+
+/// Runs `leader-gate inject ARGS` with `input` on stdin: (exit code, stdout, stderr).
+fn inject(input: &str, args: &[&str]) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .arg("inject")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("leader-gate runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(format!("{FIXTURES}/{name}")).unwrap()
+}
+
+fn gated(name: &str) -> String {
+    let (code, out, err) = inject(&fixture(name), &[]);
+    assert_eq!(code, 0, "inject {name}: {err}");
+    out
+}
+
+fn find<'a>(docs: &'a [Node], kind: &str, name: &str) -> &'a Map {
+    docs.iter()
+        .filter_map(Node::as_map)
+        .find(|d| d.str("kind") == Some(kind) && d.at_str(&["metadata", "name"]) == Some(name))
+        .unwrap_or_else(|| panic!("no {kind}/{name}"))
+}
+
+fn named<'a>(list: &'a [Node], name: &str) -> &'a Map {
+    list.iter()
+        .filter_map(Node::as_map)
+        .find(|c| c.str("name") == Some(name))
+        .unwrap_or_else(|| panic!("no {name}"))
+}
+
+fn strings(list: &[Node]) -> Vec<&str> {
+    list.iter().filter_map(Node::as_str).collect()
+}
+
+#[test]
+fn elastics_metricbeat_gets_its_unique_modules_on_the_leader_only_and_its_node_modules_everywhere()
+{
+    let docs = read_stream(&gated("elastic-beats-metricbeat-kubernetes.yaml")).unwrap();
+    // The unique: true provider is gone from metricbeat.yml; its modules,
+    // apiserver included, are the leader-only file.
+    let config = find(&docs, "ConfigMap", "metricbeat-daemonset-config");
+    let yml = read_one(config.at_str(&["data", "metricbeat.yml"]).unwrap()).unwrap();
+    let yml = yml.as_map().unwrap();
+    assert!(yml.get("metricbeat.autodiscover").is_none(), "{yml:?}");
+    let modules = yml.map("metricbeat.config.modules").unwrap();
+    assert_eq!(modules.str("path"), Some("${path.config}/*modules.d/*.yml"));
+    assert_eq!(modules.get("reload.enabled"), Some(&Node::Bool(true)));
+    assert_eq!(modules.str("reload.period"), Some("10s"));
+    let leader = find(&docs, "ConfigMap", "metricbeat-leader-only");
+    let file = read_one(leader.at_str(&["data", "leader-only.yml"]).unwrap()).unwrap();
+    let sets: Vec<&str> = file
+        .as_seq()
+        .unwrap()
+        .iter()
+        .flat_map(|m| strings(m.as_map().unwrap().seq("metricsets")))
+        .collect();
+    for wanted in ["state_node", "state_pod", "state_container", "apiserver"] {
+        assert!(sets.contains(&wanted), "{wanted} not leader-only: {sets:?}");
+    }
+    // The node modules stay where they were, on every pod.
+    let node_modules = find(&docs, "ConfigMap", "metricbeat-daemonset-modules");
+    assert!(
+        node_modules
+            .at_str(&["data", "kubernetes.yml"])
+            .unwrap()
+            .contains("- node")
+    );
+
+    let ds = find(&docs, "DaemonSet", "metricbeat");
+    let pod = ds
+        .map("spec")
+        .unwrap()
+        .at(&["template", "spec"])
+        .unwrap_or_else(|| panic!());
+    let inits = pod.seq("initContainers");
+    let names: Vec<&str> = inits
+        .iter()
+        .filter_map(|c| c.as_map()?.str("name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "leader-gate-install",
+            "leader-gate",
+            "leader-gate-file-gate"
+        ]
+    );
+    let gate = named(inits, "leader-gate-file-gate");
+    let mapping = *strings(gate.seq("args")).last().unwrap();
+    let (_, dst) = mapping.split_once(':').unwrap();
+    // The glob loads the placed file: ${path.config} is /usr/share/metricbeat.
+    assert_eq!(
+        dst,
+        "/usr/share/metricbeat/leader-gate-modules.d/leader-only.yml"
+    );
+    // Elastic's Metricbeat runs as root: so does the gate, or strict.perms
+    // refuses the copy.
+    assert_eq!(
+        gate.at(&["securityContext"])
+            .and_then(|s| s.get("runAsUser")),
+        Some(&Node::Int(0))
+    );
+    let metricbeat = named(pod.seq("containers"), "metricbeat");
+    let hook = strings(
+        metricbeat
+            .at(&["lifecycle", "preStop", "exec"])
+            .unwrap()
+            .seq("command"),
+    );
+    assert_eq!(&hook[..2], ["/leader-gate/leader-gate", "prestop"]);
+    assert!(hook.contains(&"metricbeat-leader"), "{hook:?}");
+    // Its own flags stay.
+    assert_eq!(
+        strings(metricbeat.seq("args")),
+        ["-c", "/etc/metricbeat.yml", "-e", "-system.hostfs=/hostfs"]
+    );
+    // The pod's ServiceAccount gets the Lease.
+    let role = find(&docs, "Role", "metricbeat-leader-gate");
+    assert!(format!("{role:?}").contains("metricbeat-leader"));
+    let binding = find(&docs, "RoleBinding", "metricbeat-leader-gate");
+    assert_eq!(
+        binding.seq("subjects")[0].as_map().unwrap().str("name"),
+        Some("metricbeat")
+    );
+}
+
+#[test]
+fn a_second_run_changes_no_byte() {
+    for name in [
+        "elastic-beats-metricbeat-kubernetes.yaml",
+        "otel-helm-deployment-cluster-metrics.yaml",
+    ] {
+        let once = gated(name);
+        let (code, twice, err) = inject(&once, &[]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(once, twice, "{name}: the second run changed the stream");
+    }
+}
+
+#[test]
+fn a_workload_gated_by_an_older_run_is_updated_in_place() {
+    let once = gated("elastic-beats-metricbeat-kubernetes.yaml");
+    // As an older version or a hand edit left it: another gate lag, a
+    // shorter grace period, the sidecar's image older.
+    let older = once
+        .replace("--gate-lag=12s", "--gate-lag=20s")
+        .replace(
+            "terminationGracePeriodSeconds: 37",
+            "terminationGracePeriodSeconds: 30",
+        )
+        .replace("leader-gate:0.1.0", "leader-gate:0.0.9");
+    assert_ne!(older, once);
+    let (code, again, err) = inject(&older, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(again, once);
+}
+
+#[test]
+fn what_inject_does_not_own_comes_back_as_it_was() {
+    let input = read_stream(&fixture("elastic-beats-metricbeat-kubernetes.yaml")).unwrap();
+    let output = read_stream(&gated("elastic-beats-metricbeat-kubernetes.yaml")).unwrap();
+    // Every object it does not gate is there, equal, in its order.
+    let untouched: Vec<&Node> = input
+        .iter()
+        .filter(|d| {
+            let kind = d.as_map().and_then(|m| m.str("kind"));
+            !matches!(kind, Some("DaemonSet" | "ConfigMap"))
+        })
+        .collect();
+    let kept: Vec<&Node> = output.iter().filter(|d| untouched.contains(d)).collect();
+    assert_eq!(kept, untouched);
+    // In the DaemonSet, every key it had keeps its value or gains only
+    // leader-gate's, in the order it had.
+    let before = find(&input, "DaemonSet", "metricbeat");
+    let after = find(&output, "DaemonSet", "metricbeat");
+    let keys = |m: &Map| m.0.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    assert_eq!(keys(before), keys(after));
+    let pod_before = before
+        .map("spec")
+        .unwrap()
+        .at(&["template", "spec"])
+        .unwrap();
+    let pod_after = after
+        .map("spec")
+        .unwrap()
+        .at(&["template", "spec"])
+        .unwrap();
+    let after_keys = keys(pod_after);
+    let old_keys: Vec<String> = after_keys
+        .iter()
+        .filter(|k| pod_before.get(k).is_some())
+        .cloned()
+        .collect();
+    assert_eq!(old_keys, keys(pod_before), "the pod spec's keys reordered");
+    for (key, value) in &pod_before.0 {
+        if !["containers", "volumes", "terminationGracePeriodSeconds"].contains(&key.as_str()) {
+            assert_eq!(pod_after.get(key), Some(value), "{key} changed");
+        }
+    }
+    // The collector's own volumes come first, unchanged.
+    let volumes_before = pod_before.seq("volumes");
+    assert_eq!(
+        &pod_after.seq("volumes")[..volumes_before.len()],
+        volumes_before
+    );
+}
+
+#[test]
+fn two_host_network_workloads_in_one_stream_get_ports_of_their_own() {
+    // A second Metricbeat DaemonSet with ConfigMaps of its own.
+    let one = fixture("elastic-beats-metricbeat-kubernetes.yaml");
+    let two: Vec<Node> =
+        read_stream(&one.replace("metricbeat-daemonset-", "metricbeat-b-daemonset-"))
+            .unwrap()
+            .into_iter()
+            .filter(|d| {
+                matches!(
+                    d.as_map().and_then(|m| m.str("kind")),
+                    Some("DaemonSet" | "ConfigMap")
+                )
+            })
+            .map(|mut d| {
+                if d.as_map().and_then(|m| m.str("kind")) == Some("DaemonSet") {
+                    d.at_mut(&["metadata"])
+                        .unwrap()
+                        .insert("name", Node::str("metricbeat-b"));
+                }
+                d
+            })
+            .collect();
+    assert_eq!(two.len(), 3);
+    let stream = format!("{one}\n{}", write_stream(&two));
+    let (code, out, err) = inject(
+        &stream,
+        &[
+            "--workload",
+            "DaemonSet/metricbeat",
+            "--workload",
+            "metricbeat-b",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let docs = read_stream(&out).unwrap();
+    let ports = |name: &str| -> Vec<String> {
+        let ds = find(&docs, "DaemonSet", name);
+        let pod = ds.map("spec").unwrap().at(&["template", "spec"]).unwrap();
+        strings(named(pod.seq("initContainers"), "leader-gate").seq("args"))
+            .into_iter()
+            .filter(|a| a.contains("listen="))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        ports("metricbeat"),
+        ["--listen=127.0.0.1:4040", "--admin-listen=0.0.0.0:4041"]
+    );
+    assert_eq!(
+        ports("metricbeat-b"),
+        ["--listen=127.0.0.1:4042", "--admin-listen=0.0.0.0:4043"]
+    );
+    assert!(
+        err.contains("--host-port-base"),
+        "says how to choose: {err}"
+    );
+}
+
+#[test]
+fn a_deployments_collector_runs_under_exec_with_its_own_command_and_args() {
+    let docs = read_stream(&gated("otel-helm-deployment-cluster-metrics.yaml")).unwrap();
+    let deploy = find(&docs, "Deployment", "example-opentelemetry-collector");
+    let pod = deploy
+        .map("spec")
+        .unwrap()
+        .at(&["template", "spec"])
+        .unwrap();
+    let collector = named(pod.seq("containers"), "opentelemetry-collector");
+    let command = strings(collector.seq("command"));
+    assert_eq!(&command[..2], ["/leader-gate/leader-gate", "exec"]);
+    assert!(command.contains(&"--grace=3s"), "{command:?}");
+    assert_eq!(command.last(), Some(&"/otelcol-k8s"));
+    assert_eq!(
+        strings(collector.seq("args")),
+        ["--config=/conf/relay.yaml"]
+    );
+    // Hook 7 s + grace 3 s + shutdown 9 s + 5 s = 24 s: the chart's 30 s
+    // already covers it and stays.
+    assert_eq!(
+        pod.get("terminationGracePeriodSeconds"),
+        Some(&Node::Int(30))
+    );
+}
+
+#[test]
+fn collectors_it_cannot_gate_well_are_refused_with_the_way_out() {
+    for (name, says) in [
+        (
+            "otel-helm-daemonset-cluster-metrics.yaml",
+            "in a Deployment of their own",
+        ),
+        (
+            "elastic-agent-standalone-kubernetes.yaml",
+            "kubernetes_leaderelection",
+        ),
+    ] {
+        let (code, out, err) = inject(&fixture(name), &[]);
+        assert_eq!(code, 1, "{name}: {err}");
+        assert!(out.is_empty(), "{name}: nothing written on a refusal");
+        assert!(err.contains(says), "{name}: {err}");
+    }
+}
+
+#[test]
+fn input_that_is_not_yaml_exits_65_and_a_missing_file_66() {
+    let (code, _, err) = inject("kind: [unclosed\n", &[]);
+    assert_eq!(code, 65, "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args(["inject", "/nonexistent/manifest.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(66));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/manifest.yaml"));
+}
