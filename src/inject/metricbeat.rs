@@ -41,25 +41,10 @@ pub fn convert(
     container: &Map,
 ) -> Result<Converted, String> {
     let leader_map = config_map_name(workload);
-    let mut found = None;
-    for (doc, key) in mounted_config_maps(docs, workload, container) {
-        let Some(text) = docs[doc].at(&["data"]).and_then(|d| d.str(&key)) else {
-            continue;
-        };
-        let Ok(Node::Map(config)) = read_one(text) else {
-            continue;
-        };
-        if config.get("metricbeat.autodiscover").is_some()
-            || config.get("metricbeat.config.modules").is_some()
-        {
-            found = Some((doc, key, config));
-            break;
-        }
-    }
-    let Some((doc, key, mut config)) = found else {
-        return Err("found no metricbeat.yml in the ConfigMaps its container mounts".to_owned());
-    };
+    let source = find_config(docs, workload, container)?;
+    let mut config = source.load(docs).unwrap_or_default();
     let mut notes = Vec::new();
+    let mut leader_cm = None;
     let modules = take_unique_modules(&mut config)?;
     let existing = docs
         .iter()
@@ -86,9 +71,8 @@ pub fn convert(
                 "moved the `unique: true` autodiscover provider's modules into ConfigMap {leader_map} ({FILE}), placed only on the leader: {}",
                 names.join("; ")
             ));
-            let source = docs[doc].as_map().cloned().unwrap_or_default();
-            let labels = source
-                .map("metadata")
+            let labels = docs[source.doc()]
+                .at(&["metadata"])
                 .and_then(|m| m.get("labels"))
                 .cloned();
             let mut metadata = Map::default();
@@ -104,16 +88,14 @@ pub fn convert(
             cm.insert("kind", Node::str("ConfigMap"));
             cm.insert("metadata", Node::Map(metadata));
             cm.insert("data", Node::Map(data));
-            match existing {
-                Some(at) => docs[at] = Node::Map(cm),
-                None => docs.insert(doc + 1, Node::Map(cm)),
-            }
+            leader_cm = Some(Node::Map(cm));
         }
     }
     // The modules directory: a glob over the image's and the gate's.
     let modules_cfg = config_modules(&mut config);
     let path = modules_cfg
-        .str("path")
+        .dotted(&["path"])
+        .and_then(Node::as_str)
         .unwrap_or("${path.config}/modules.d/*.yml")
         .to_owned();
     let (dir, pattern) = path
@@ -141,27 +123,36 @@ pub fn convert(
     if glob != path {
         notes.push(format!("metricbeat.config.modules.path {path} -> {glob} (also loads the leader-only file from {placed_dir})"));
     }
-    modules_cfg.insert("path", Node::str(glob));
-    if modules_cfg.get("reload.enabled") != Some(&Node::Bool(true)) {
+    set_dotted(modules_cfg, &["path"], Node::str(glob));
+    if modules_cfg.dotted(&["reload", "enabled"]) != Some(&Node::Bool(true)) {
         notes.push(
             "metricbeat.config.modules reload.enabled: true (the leader-only file comes and goes)"
                 .to_owned(),
         );
-        modules_cfg.insert("reload.enabled", Node::Bool(true));
+        set_dotted(modules_cfg, &["reload", "enabled"], Node::Bool(true));
     }
-    let reload_period = match modules_cfg.str("reload.period") {
+    let reload_period = match modules_cfg
+        .dotted(&["reload", "period"])
+        .and_then(Node::as_str)
+    {
         Some(text) => parse_duration(text).map_err(|e| format!("reload.period: {e}"))?,
         None => {
-            modules_cfg.insert(
-                "reload.period",
+            set_dotted(
+                modules_cfg,
+                &["reload", "period"],
                 Node::str(HumanDuration(DEFAULT_RELOAD).to_string()),
             );
             DEFAULT_RELOAD
         }
     };
-    let text = write_one(&Node::Map(config));
-    if let Some(data) = docs[doc].at_mut(&["data"]) {
-        data.insert(&key, Node::str(text));
+    source.store(docs, config);
+    if let Some(cm) = leader_cm {
+        match existing {
+            Some(at) => docs[at] = cm,
+            // Before the document holding the configuration (its ConfigMap,
+            // or the Beat): applied in order, it exists when pods start.
+            None => docs.insert(source.doc(), cm),
+        }
     }
     Ok(Converted {
         placement: FilePlacement {
@@ -172,6 +163,80 @@ pub fn convert(
         reload_period,
         notes,
     })
+}
+
+/// Where a Metricbeat's configuration is written.
+enum Source {
+    /// A ConfigMap's key, as text (`metricbeat.yml`).
+    ConfigMap { doc: usize, key: String },
+    /// ECK's `Beat` `spec.config`, a mapping.
+    Inline { doc: usize },
+}
+
+impl Source {
+    fn doc(&self) -> usize {
+        match *self {
+            Source::ConfigMap { doc, .. } | Source::Inline { doc } => doc,
+        }
+    }
+
+    fn load(&self, docs: &[Node]) -> Option<Map> {
+        match self {
+            Source::ConfigMap { doc, key } => {
+                let text = docs[*doc].at(&["data"])?.str(key)?;
+                read_one(text).ok()?.as_map().cloned()
+            }
+            Source::Inline { doc } => docs[*doc].at(&["spec", "config"]).cloned(),
+        }
+    }
+
+    fn store(&self, docs: &mut [Node], config: Map) {
+        match self {
+            Source::ConfigMap { doc, key } => {
+                if let Some(data) = docs[*doc].at_mut(&["data"]) {
+                    data.insert(key, Node::str(write_one(&Node::Map(config))));
+                }
+            }
+            Source::Inline { doc } => {
+                if let Some(spec) = docs[*doc].at_mut(&["spec"]) {
+                    spec.insert("config", Node::Map(config));
+                }
+            }
+        }
+    }
+}
+
+/// The Metricbeat configuration of the workload: ECK's inline `spec.config`,
+/// else the first ConfigMap key its container mounts that reads as one.
+fn find_config(docs: &[Node], workload: &Workload, container: &Map) -> Result<Source, String> {
+    if workload.kind == "Beat" {
+        return match docs[workload.doc].at(&["spec", "config"]) {
+            Some(_) => Ok(Source::Inline { doc: workload.doc }),
+            None => Err("its Beat has no inline spec.config (a configRef Secret inject cannot read): move the configuration inline, or gate by hand".to_owned()),
+        };
+    }
+    for (doc, key) in mounted_config_maps(docs, workload, container) {
+        let source = Source::ConfigMap { doc, key };
+        let Some(config) = source.load(docs) else {
+            continue;
+        };
+        if config.dotted(&["metricbeat", "autodiscover"]).is_some()
+            || config
+                .dotted(&["metricbeat", "config", "modules"])
+                .is_some()
+        {
+            return Ok(source);
+        }
+    }
+    Err("found no metricbeat.yml in the ConfigMaps its container mounts".to_owned())
+}
+
+/// Sets `path` where it is (nested or dotted), else as one dotted key.
+fn set_dotted(map: &mut Map, path: &[&str], value: Node) {
+    match map.dotted_mut(path) {
+        Some(slot) => *slot = value,
+        None => map.insert(&path.join("."), value),
+    }
 }
 
 fn is_config_map(doc: &Node, name: &str, namespace: &str) -> bool {
@@ -229,10 +294,10 @@ fn mounted_config_maps(
 /// Takes the `unique: true` providers out of `config` and returns the module
 /// configurations of their templates.
 fn take_unique_modules(config: &mut Map) -> Result<Vec<Node>, String> {
-    let Some(auto) = config.map_mut("metricbeat.autodiscover") else {
-        return Ok(Vec::new());
-    };
-    let Some(providers) = auto.get_mut("providers").and_then(Node::as_seq_mut) else {
+    let Some(providers) = config
+        .dotted_mut(&["metricbeat", "autodiscover", "providers"])
+        .and_then(Node::as_seq_mut)
+    else {
         return Ok(Vec::new());
     };
     let mut modules = Vec::new();
@@ -253,14 +318,36 @@ fn take_unique_modules(config: &mut Map) -> Result<Vec<Node>, String> {
             modules.extend(template.seq("config").iter().cloned());
         }
     }
+    let none_left = kept.is_empty();
     *providers = kept;
-    if providers.is_empty() {
-        config.remove("metricbeat.autodiscover");
+    if none_left {
+        // No provider left: no autodiscover, however it was written.
+        if config.remove("metricbeat.autodiscover").is_none() {
+            if let Some(beat) = config.map_mut("metricbeat") {
+                beat.remove("autodiscover");
+            }
+        }
     }
     Ok(modules)
 }
 
-/// `metricbeat.config.modules`, made a mapping when missing.
+/// `metricbeat.config.modules` where it is written, else a new dotted key.
 fn config_modules(config: &mut Map) -> &mut Map {
+    if config
+        .dotted(&["metricbeat", "config", "modules"])
+        .is_some_and(|n| n.as_map().is_some())
+    {
+        return config
+            .dotted_mut(&["metricbeat", "config", "modules"])
+            .and_then(Node::as_map_mut)
+            .expect("just found");
+    }
+    // Beside a nested `metricbeat:` mapping, nested too.
+    if config.map("metricbeat").is_some() {
+        return config
+            .map_entry("metricbeat")
+            .map_entry("config")
+            .map_entry("modules");
+    }
     config.map_entry("metricbeat.config.modules")
 }

@@ -156,10 +156,7 @@ pub fn inject(docs: &mut Vec<Node>, args: &InjectArgs) -> Result<Vec<String>, St
     let all = workload::find(docs);
     let chosen: Vec<Workload> = if args.workloads.is_empty() {
         all.into_iter()
-            .filter(|w| {
-                w.pod_spec(docs)
-                    .is_some_and(|pod| workload::collector(pod, args.container.as_deref()).is_ok())
-            })
+            .filter(|w| workload::collector(docs, w, args.container.as_deref()).is_ok())
             .collect()
     } else {
         let mut chosen = Vec::new();
@@ -192,12 +189,14 @@ fn gate_one(
     host_ports: &mut u16,
 ) -> Result<Vec<String>, String> {
     let w = &w.refind(docs).ok_or("no pod spec")?;
-    let pod = w.pod_spec(docs).ok_or("no pod spec")?;
-    let (at, kind) = workload::collector(pod, args.container.as_deref())?;
+    let (name, kind) = workload::collector(docs, w, args.container.as_deref())?;
+    let pod = w.pod_spec_mut(docs).ok_or("no pod spec")?;
+    let at = workload::container_index(pod, &name);
     let container = pod.seq("containers")[at]
         .as_map()
         .cloned()
         .unwrap_or_default();
+    let pod = w.pod_spec(docs).ok_or("no pod spec")?;
     let gate = match args.gate {
         Some(gate) => gate,
         None => GateKind::recommended(kind, w.per_node())?,
@@ -237,12 +236,15 @@ fn gate_one(
         timings: Timings::for_gate(gate, reload),
         image: args.image.clone(),
         ports,
-        health_url: None,
+        health_url: (gate == GateKind::Exec)
+            .then(|| pod::exec_health_url(w.pod_spec(docs)?, &container))
+            .flatten(),
         file,
     };
     // The conversion may have added a document before the workload.
     let w = &w.refind(docs).ok_or("no pod spec")?;
     let pod = w.pod_spec_mut(docs).ok_or("no pod spec")?;
+    let at = workload::container_index(pod, &name);
     notes.extend(pod::gate(pod, at, kind, &plan)?);
     let new_account = account.is_none();
     let account = account.unwrap_or_else(|| w.name.clone());

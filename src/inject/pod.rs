@@ -129,7 +129,7 @@ env:
   - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
   - {{name: POD_NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
   - {{name: LEADER_GATE_NODE_NAME, valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}}}
-ports: [{{name: lg-admin, containerPort: {admin}, protocol: TCP}}]
+{pod_ip}ports: [{{name: lg-admin, containerPort: {admin}, protocol: TCP}}]
 startupProbe: {{httpGet: {{path: /healthz, port: lg-admin}}, periodSeconds: 1, failureThreshold: 30}}
 livenessProbe: {{httpGet: {{path: /healthz, port: lg-admin}}, periodSeconds: 10, timeoutSeconds: 2, failureThreshold: 3}}
 readinessProbe: {{httpGet: {{path: /readyz, port: lg-admin}}, periodSeconds: 5, timeoutSeconds: 2}}
@@ -142,6 +142,12 @@ securityContext: {sec}
         image = plan.image,
         args = yaml_list(&serve_args(plan)),
         sec = security(65532),
+        // `$(POD_IP)` in --collector-health-url: the kubelet expands it.
+        pod_ip = if plan.health_url.as_deref().is_some_and(|u| u.contains("$(POD_IP)")) {
+            "  - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}\n"
+        } else {
+            ""
+        },
     ))
 }
 
@@ -183,6 +189,46 @@ pub fn collector_user(pod: &Map, collector: &Map) -> Option<u64> {
         .and_then(|s| s.get("runAsUser"))
         .or_else(|| pod.map("securityContext").and_then(|s| s.get("runAsUser")))
         .and_then(Node::as_u64)
+}
+
+/// The collector's health, for `--collector-health-url`, when `exec` runs
+/// it: on a follower nothing runs, so its own probes would fail there (a
+/// liveness probe restarting the container, a readiness probe stalling the
+/// rollout). Its HTTP liveness (else readiness) probe says where it answers:
+/// the kubelet probes the pod's IP, so the sidecar asks `$(POD_IP)` too. A
+/// second run finds the URL in the sidecar it wrote.
+pub fn exec_health_url(pod: &Map, collector: &Map) -> Option<String> {
+    let probe = ["livenessProbe", "readinessProbe"]
+        .iter()
+        .find_map(|p| collector.map(p).and_then(|p| p.map("httpGet")));
+    if let Some(get) = probe {
+        if get.str("scheme").is_some_and(|s| s != "HTTP") || get.get("host").is_some() {
+            return None;
+        }
+        let port = match get.get("port")? {
+            Node::Str(name) => collector
+                .seq("ports")
+                .iter()
+                .filter_map(Node::as_map)
+                .find(|p| p.str("name") == Some(name))
+                .and_then(|p| p.get("containerPort"))
+                .and_then(Node::as_u64)?,
+            other => other.as_u64()?,
+        };
+        let path = get.str("path").unwrap_or("/");
+        return Some(format!("http://$(POD_IP):{port}{path}"));
+    }
+    let sidecar = pod
+        .seq("initContainers")
+        .iter()
+        .filter_map(Node::as_map)
+        .find(|c| c.str("name") == Some(SIDECAR))?;
+    sidecar
+        .seq("args")
+        .iter()
+        .filter_map(Node::as_str)
+        .find_map(|a| a.strip_prefix("--collector-health-url="))
+        .map(str::to_owned)
 }
 
 /// Gates `pod` (the pod spec) by `plan`; its collector is container
@@ -245,6 +291,21 @@ pub fn gate(
         }
         if plan.gate == GateKind::Exec {
             wrap_command(c, plan)?;
+            let probes: Vec<String> = ["livenessProbe", "readinessProbe", "startupProbe"]
+                .into_iter()
+                .filter(|p| c.remove(p).is_some())
+                .map(str::to_owned)
+                .collect();
+            if !probes.is_empty() {
+                notes.push(format!(
+                    "removed container {name}'s {}: it runs only on the leader, so they would fail on every follower; {}",
+                    probes.join(" and "),
+                    match &plan.health_url {
+                        Some(url) => format!("the sidecar checks {url} instead (--collector-health-url) and hands over from a leader whose collector stops answering"),
+                        None => "the sidecar hands over from a leader whose collector is not running (--collector-not-running-after)".to_owned(),
+                    }
+                ));
+            }
         } else if c.seq("command").first().and_then(Node::as_str) == Some(BIN) {
             return Err(format!(
                 "container {name} runs under `leader-gate exec`: pass --gate exec, or restore its command"

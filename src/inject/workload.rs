@@ -135,33 +135,90 @@ impl Collector {
     }
 }
 
-/// The collector container of a pod: the one `--container` names, else the
-/// one container whose image `inject` knows. Its index and kind.
-pub fn collector(pod: &Map, named: Option<&str>) -> Result<(usize, Collector), String> {
+/// The collector container of a workload, by name, and which collector it
+/// is: the one `--container` names, else the one an operator's resource
+/// says (ECK's `Beat` runs container `spec.type`, its `Agent` container
+/// `agent`, their images chosen by the operator), else the one container
+/// whose image `inject` knows.
+pub fn collector(
+    docs: &[Node],
+    workload: &Workload,
+    named: Option<&str>,
+) -> Result<(String, Collector), String> {
+    let pod = workload.pod_spec(docs).ok_or("no pod spec")?;
     let containers = pod.seq("containers");
-    let name_of = |c: &Node| c.as_map().and_then(|c| c.str("name")).map(str::to_owned);
-    if let Some(named) = named {
-        let at = containers
+    let image_of = |name: &str| {
+        containers
             .iter()
-            .position(|c| name_of(c).as_deref() == Some(named))
-            .ok_or_else(|| format!("no container named {named}"))?;
-        let image = containers[at]
-            .as_map()
+            .filter_map(Node::as_map)
+            .find(|c| c.str("name") == Some(name))
             .and_then(|c| c.str("image"))
-            .unwrap_or("");
-        return Ok((at, Collector::of_image(image).unwrap_or(Collector::Other)));
+            .and_then(Collector::of_image)
+    };
+    let operator = match workload.kind.as_str() {
+        "Beat" => docs[workload.doc]
+            .at(&["spec"])
+            .and_then(|s| s.str("type"))
+            .map(|t| {
+                let kind = if t == "metricbeat" {
+                    Collector::Metricbeat
+                } else {
+                    Collector::Other
+                };
+                (t.to_owned(), kind)
+            }),
+        "Agent" => Some(("agent".to_owned(), Collector::ElasticAgent)),
+        _ => None,
+    };
+    if let Some(named) = named {
+        if let Some((name, kind)) = operator.filter(|(name, _)| name == named) {
+            return Ok((name, kind));
+        }
+        if !containers
+            .iter()
+            .any(|c| c.as_map().and_then(|c| c.str("name")) == Some(named))
+        {
+            return Err(format!("no container named {named}"));
+        }
+        return Ok((
+            named.to_owned(),
+            image_of(named).unwrap_or(Collector::Other),
+        ));
     }
-    let known: Vec<(usize, Collector)> = containers
+    if let Some(operator) = operator {
+        return Ok(operator);
+    }
+    let known: Vec<(String, Collector)> = containers
         .iter()
-        .enumerate()
-        .filter_map(|(i, c)| {
-            let image = c.as_map()?.str("image")?;
-            Some((i, Collector::of_image(image)?))
+        .filter_map(|c| {
+            let c = c.as_map()?;
+            Some((
+                c.str("name")?.to_owned(),
+                Collector::of_image(c.str("image")?)?,
+            ))
         })
         .collect();
     match known.as_slice() {
-        [one] => Ok(*one),
+        [one] => Ok(one.clone()),
         [] => Err("no container runs a collector inject knows (Metricbeat, Elastic Agent, OpenTelemetry Collector, Prometheus): name it with --container".to_owned()),
         _ => Err("several collector containers: name one with --container".to_owned()),
+    }
+}
+
+/// The index of container `name` in `pod`, added as `{name: NAME}` when an
+/// operator's pod template leaves it out (the operator merges by name).
+pub fn container_index(pod: &mut Map, name: &str) -> usize {
+    let containers = pod.seq_entry("containers");
+    match containers
+        .iter()
+        .position(|c| c.as_map().and_then(|c| c.str("name")) == Some(name))
+    {
+        Some(at) => at,
+        None => {
+            let mut c = Map::default();
+            c.insert("name", Node::str(name));
+            containers.push(Node::Map(c));
+            containers.len() - 1
+        }
     }
 }

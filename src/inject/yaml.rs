@@ -100,6 +100,37 @@ impl Map {
         map.str(last)
     }
 
+    /// The value at `path` written either way a Beat reads it: nested
+    /// (`metricbeat: {autodiscover: …}`) or with dotted keys
+    /// (`metricbeat.autodiscover: …`), or any mix.
+    pub fn dotted(&self, path: &[&str]) -> Option<&Node> {
+        (1..=path.len()).find_map(|i| {
+            let value = self.get(&path[..i].join("."))?;
+            match &path[i..] {
+                [] => Some(value),
+                rest => value.as_map()?.dotted(rest),
+            }
+        })
+    }
+
+    /// [`Map::dotted`], to change it.
+    pub fn dotted_mut(&mut self, path: &[&str]) -> Option<&mut Node> {
+        let i = (1..=path.len()).find(|&i| {
+            let Some(value) = self.get(&path[..i].join(".")) else {
+                return false;
+            };
+            i == path.len()
+                || value
+                    .as_map()
+                    .is_some_and(|m| m.dotted(&path[i..]).is_some())
+        })?;
+        let value = self.get_mut(&path[..i].join("."))?;
+        match &path[i..] {
+            [] => Some(value),
+            rest => value.as_map_mut()?.dotted_mut(rest),
+        }
+    }
+
     pub fn seq(&self, key: &str) -> &[Node] {
         self.get(key).and_then(Node::as_seq).unwrap_or(&[])
     }

@@ -350,3 +350,84 @@ fn input_that_is_not_yaml_exits_65_and_a_missing_file_66() {
     assert_eq!(out.status.code(), Some(66));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/manifest.yaml"));
 }
+
+#[test]
+fn an_eck_beat_with_a_unique_provider_gets_the_file_gate_in_its_pod_template() {
+    // ECK's own recipe runs no module once per cluster: inject says so.
+    let (code, _, err) = inject(&fixture("eck-beat-metricbeat-hosts.yaml"), &[]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no `unique: true` autodiscover provider"),
+        "{err}"
+    );
+    // The same Beat with a kube-state-metrics provider as Elastic's
+    // manifest has it (added here, nested as ECK's spec.config writes it).
+    let mut docs = read_stream(&fixture("eck-beat-metricbeat-hosts.yaml")).unwrap();
+    let beat = docs
+        .iter_mut()
+        .find(|d| d.as_map().and_then(|m| m.str("kind")) == Some("Beat"))
+        .unwrap();
+    let providers = beat
+        .at_mut(&["spec", "config", "metricbeat", "autodiscover"])
+        .unwrap()
+        .seq_entry("providers");
+    providers.push(
+        read_one(
+            "{type: kubernetes, scope: cluster, node: '${NODE_NAME}', unique: true, templates: [{config: [{module: kubernetes, hosts: ['kube-state-metrics:8080'], period: 10s, metricsets: [state_node, state_pod]}]}]}",
+        )
+        .unwrap(),
+    );
+    let (code, out, err) = inject(&write_stream(&docs), &[]);
+    assert_eq!(code, 0, "{err}");
+    let docs = read_stream(&out).unwrap();
+    let beat = find(&docs, "Beat", "metricbeat");
+    let config = beat.at(&["spec", "config"]).unwrap();
+    let providers = config
+        .dotted(&["metricbeat", "autodiscover", "providers"])
+        .unwrap();
+    assert_eq!(
+        providers.as_seq().unwrap().len(),
+        1,
+        "the hints provider stays, the unique one goes"
+    );
+    let modules = config
+        .dotted(&["metricbeat", "config", "modules"])
+        .unwrap()
+        .as_map()
+        .unwrap();
+    assert_eq!(
+        modules.dotted(&["path"]),
+        Some(&Node::str("${path.config}/*modules.d/*.yml"))
+    );
+    assert_eq!(
+        modules.dotted(&["reload", "enabled"]),
+        Some(&Node::Bool(true))
+    );
+    let leader = find(&docs, "ConfigMap", "metricbeat-leader-only");
+    assert!(
+        leader
+            .at_str(&["data", "leader-only.yml"])
+            .unwrap()
+            .contains("state_pod")
+    );
+    let pod = beat
+        .at(&["spec", "daemonSet", "podTemplate", "spec"])
+        .unwrap();
+    let names: Vec<&str> = pod
+        .seq("initContainers")
+        .iter()
+        .filter_map(|c| c.as_map()?.str("name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "leader-gate-install",
+            "leader-gate",
+            "leader-gate-file-gate"
+        ]
+    );
+    let metricbeat = named(pod.seq("containers"), "metricbeat");
+    assert!(metricbeat.at(&["lifecycle", "preStop", "exec"]).is_some());
+    let (code, twice, err) = inject(&out, &[]);
+    assert_eq!((code, twice == out), (0, true), "{err}");
+}
