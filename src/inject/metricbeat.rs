@@ -322,10 +322,10 @@ fn take_unique_modules(config: &mut Map) -> Result<Vec<Node>, String> {
     *providers = kept;
     if none_left {
         // No provider left: no autodiscover, however it was written.
-        if config.remove("metricbeat.autodiscover").is_none() {
-            if let Some(beat) = config.map_mut("metricbeat") {
-                beat.remove("autodiscover");
-            }
+        if config.remove("metricbeat.autodiscover").is_none()
+            && let Some(beat) = config.map_mut("metricbeat")
+        {
+            beat.remove("autodiscover");
         }
     }
     Ok(modules)
