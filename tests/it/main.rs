@@ -23,6 +23,7 @@ mod gates;
 mod half_close;
 mod handover_requests;
 mod http_abuse;
+mod inject_check;
 mod lease_protection;
 
 mod logging;

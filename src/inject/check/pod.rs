@@ -482,7 +482,7 @@ fn reaches_socket(
             format!("has the URL {url}, not the sidecar's gate socket {want}")
         } else {
             format!(
-                "is on TCP ({url}), which the sidecar refuses beside --gate-socket: the gate never opens"
+                "is on TCP (http://{url}), which the sidecar refuses beside --gate-socket: the gate never opens"
             )
         };
         out.push(format!(
@@ -526,6 +526,11 @@ fn prestop(
             let (host, _) = client.url.host_port();
             let url = client.url.to_string();
             if url.starts_with("unix:") || !matches!(host, "127.0.0.1" | "localhost" | "::1") {
+                let url = if url.starts_with("unix:") {
+                    url
+                } else {
+                    format!("http://{url}")
+                };
                 out.push(format!(
                     "{}: has the URL {url}, not this pod's loopback gate listener: it would ask another sidecar",
                     run.at
