@@ -480,6 +480,10 @@ fn reaches_socket(
     if url != want {
         let what = if url.starts_with("unix:") {
             format!("has the URL {url}, not the sidecar's gate socket {want}")
+        } else if run.binary.is_some() {
+            format!(
+                "is on TCP (http://{url}): the sidecar takes a step-down from its gate socket only, so the hook would not hand over"
+            )
         } else {
             format!(
                 "is on TCP (http://{url}), which the sidecar refuses beside --gate-socket: the gate never opens"
