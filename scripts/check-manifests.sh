@@ -7,10 +7,11 @@
 #    mode (unknown fields are errors, so a misspelt field fails), for the
 #    newest Kubernetes version the package ships and for 1.29, the oldest
 #    the manifests support (native sidecars, FlowSchema v1);
-# 3. runs scripts/check_manifests.py on the rendered whole: what the schemas
-#    cannot check (security context everywhere, timing rules, RBAC for each
-#    Lease, the Metricbeat modules glob, rollout and drain settings) and
-#    every leader-gate command line against the real binary;
+# 3. runs scripts/check_manifests.py on the rendered whole: the leader-gate
+#    wiring by `leader-gate inject --check` (flags as start-up validates
+#    them, timing rules, the gate socket, preStop hooks, RBAC for each Lease,
+#    the Metricbeat modules glob), and the project's policy (security context
+#    everywhere, resources, least privilege, NetworkPolicy, FlowSchema);
 # 4. renders manifests/ again with the lease-protection component on (a
 #    copy whose kustomization lists it), validates that against the schemas
 #    of the newest version and of 1.30 (its ValidatingAdmissionPolicy's
@@ -21,7 +22,7 @@
 #    `namePrefix: x-` and runs scripts/check_overlay.py (every object and
 #    every reference moved, no `monitoring` left) and check_manifests.py
 #    (names and flags still agree) on each;
-# 6. shows that check_manifests.py refuses gates off the gate socket: a copy
+# 6. shows that check_manifests.py (through inject --check) refuses gates off the gate socket: a copy
 #    with a gate left on TCP, a gate without the socket's volume and a socket
 #    outside an emptyDir must be refused, each named; and a copy whose exec
 #    gate's --grace equals the default gate lag (the margin rule: --grace at
@@ -205,9 +206,9 @@ if python3 scripts/check_manifests.py "$work/socket-broken.yaml" "$work/socket-b
     "${CARGO_TARGET_DIR:-target}/debug/leader-gate" >"$work/socket-broken.out"; then
     echo "FAIL check_manifests.py accepted gates off the gate socket"
     failed=$((failed + 1))
-elif grep -qF 'DaemonSet/metricbeat container file-gate: `file-gate` names no --url or LEADER_GATE_URL' "$work/socket-broken.out" \
+elif grep -qF 'DaemonSet/metricbeat container file-gate: `file-gate` is on TCP (http://127.0.0.1:4040), which the sidecar refuses beside --gate-socket' "$work/socket-broken.out" \
     && grep -qF "Deployment/otel-cluster-collector container collector: does not mount the gate socket's volume gate-socket" "$work/socket-broken.out" \
-    && grep -qF "Deployment/otel-cluster-collector container collector preStop hook: its container does not mount the gate socket's volume gate-socket" "$work/socket-broken.out" \
+    && grep -qF "Deployment/otel-cluster-collector container collector preStop hook: does not mount the gate socket's volume gate-socket" "$work/socket-broken.out" \
     && grep -qF "Deployment/metricbeat-cluster container leader-gate: --gate-socket /run/leader-gate/gate.sock is not in an emptyDir" "$work/socket-broken.out" \
     && [ "$(grep -c '^FAIL' "$work/socket-broken.out")" -eq 4 ]; then
     echo "ok   check_manifests.py refuses a gate on TCP, a gate or hook without the socket's volume, a socket outside an emptyDir"
@@ -236,7 +237,7 @@ if python3 scripts/check_manifests.py "$work/grace-broken.yaml" "$work/grace-bro
     "${CARGO_TARGET_DIR:-target}/debug/leader-gate" >"$work/grace-broken.out"; then
     echo "FAIL check_manifests.py accepted an exec --grace equal to the gate lag"
     failed=$((failed + 1))
-elif grep -qF "Deployment/otel-cluster-collector container leader-gate: --gate-lag 4s is not 1s above the exec gate's --grace 4s" "$work/grace-broken.out" \
+elif grep -qF "Deployment/otel-cluster-collector container collector: --grace 4s is not 1s below the sidecar's gate lag 4s" "$work/grace-broken.out" \
     && [ "$(grep -c '^FAIL' "$work/grace-broken.out")" -eq 1 ]; then
     echo "ok   check_manifests.py refuses an exec --grace equal to the default gate lag"
     passed=$((passed + 1))
@@ -273,7 +274,7 @@ if python3 scripts/check_manifests.py "$work/hook-broken.yaml" "$work/hook-broke
     echo "FAIL check_manifests.py accepted preStop hooks that ask another sidecar"
     failed=$((failed + 1))
 elif grep -qF "Deployment/statsd-exporter container statsd-exporter preStop hook: --lease otel-cluster-collector-leader is not one of the sidecar's Leases" "$work/hook-broken.out" \
-    && grep -qF "Deployment/otel-cluster-collector container collector preStop hook: has the URL http://127.0.0.1:4040, not the sidecar's gate socket" "$work/hook-broken.out" \
+    && grep -qF 'Deployment/otel-cluster-collector container collector preStop hook: `prestop` is on TCP (http://127.0.0.1:4040): the sidecar takes a step-down from its gate socket only' "$work/hook-broken.out" \
     && [ "$(grep -c '^FAIL' "$work/hook-broken.out")" -eq 2 ]; then
     echo "ok   check_manifests.py refuses a preStop hook naming another Lease, and one off the gate socket"
     passed=$((passed + 1))

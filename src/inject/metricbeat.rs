@@ -14,8 +14,16 @@ use crate::duration::{HumanDuration, parse_duration};
 
 /// The leader-only module file's name, in its ConfigMap and where it is placed.
 pub const FILE: &str = "leader-only.yml";
-/// Where `${path.config}` points in Elastic's images.
-const PATH_CONFIG: &str = "/usr/share/metricbeat";
+/// Where `${path.config}` points in Elastic's images: `path.home`, by
+/// default, whatever `-c` names.
+pub const PATH_CONFIG: &str = "/usr/share/metricbeat";
+
+/// A modules path with the Beat's own path variables resolved as Elastic's
+/// images resolve them by default.
+pub fn resolve_paths(path: &str) -> String {
+    path.replace("${path.config}", PATH_CONFIG)
+        .replace("${path.home}", PATH_CONFIG)
+}
 /// Metricbeat's reload period when the configuration gives none.
 const DEFAULT_RELOAD: Duration = Duration::from_secs(10);
 

@@ -154,6 +154,28 @@ fn elastics_metricbeat_gets_its_unique_modules_on_the_leader_only_and_its_node_m
     );
 }
 
+/// `inject --check` on a stream: (exit code, stderr).
+fn check(stream: &str) -> (i32, String) {
+    let (code, _, err) = inject(stream, &["--check"]);
+    (code, err)
+}
+
+#[test]
+fn what_inject_writes_passes_its_own_check_and_the_upstream_file_does_not() {
+    for name in [
+        "elastic-beats-metricbeat-kubernetes.yaml",
+        "otel-helm-deployment-cluster-metrics.yaml",
+    ] {
+        assert_eq!(check(&gated(name)), (0, String::new()), "{name}");
+        let (code, err) = check(&fixture(name));
+        assert_eq!(code, 1, "{name}: {err}");
+        assert!(
+            err.contains("nothing here runs leader-gate"),
+            "{name}: {err}"
+        );
+    }
+}
+
 #[test]
 fn a_second_run_changes_no_byte() {
     for name in [
@@ -430,4 +452,5 @@ fn an_eck_beat_with_a_unique_provider_gets_the_file_gate_in_its_pod_template() {
     assert!(metricbeat.at(&["lifecycle", "preStop", "exec"]).is_some());
     let (code, twice, err) = inject(&out, &[]);
     assert_eq!((code, twice == out), (0, true), "{err}");
+    assert_eq!(check(&out), (0, String::new()));
 }

@@ -24,6 +24,7 @@ mod half_close;
 mod handover_requests;
 mod http_abuse;
 mod inject;
+mod inject_check;
 mod lease_protection;
 
 mod logging;

@@ -1,0 +1,201 @@
+//! Metricbeat behind a file gate: its `metricbeat.yml` (in a ConfigMap of
+//! the stream mounted into the collector) must load the file gate's DST
+//! from a live-reloaded modules directory — the modules glob matching DST
+//! and never the gate's temporary `.NAME.leader-gate.tmp`, `reload.enabled`,
+//! and `reload.period` below the margin and at most the gate lag (Metricbeat
+//! may run a removed module that long after "not leading").
+
+use super::Stream;
+use super::workload::{Container, Pod};
+use crate::duration::{HumanDuration, parse_duration};
+use crate::inject::yaml::{self, Node};
+use crate::serve::config::ServeConfig;
+
+/// Metricbeat's own default `reload.period`.
+const DEFAULT_PERIOD: &str = "10s";
+
+/// `key` in a Beats config, where `a.b.c` may be written dotted or nested.
+fn lookup<'a>(node: &'a Node, key: &str) -> Option<&'a Node> {
+    let map = node.as_map()?;
+    if let Some(value) = map.get(key) {
+        return Some(value);
+    }
+    key.match_indices('.').find_map(|(at, _)| {
+        map.get(&key[..at])
+            .and_then(|inner| lookup(inner, &key[at + 1..]))
+    })
+}
+
+/// Checks the Metricbeat `reader` that sees a file gate's DST at `dst`.
+pub fn check(
+    stream: &Stream<'_>,
+    pod: &Pod,
+    reader: &Container,
+    dst: &str,
+    config: &ServeConfig,
+    out: &mut Vec<String>,
+) {
+    let at = pod.at(reader);
+    // The ConfigMap holding metricbeat.yml, mounted into the reader.
+    let found = reader
+        .node
+        .seq("volumeMounts")
+        .iter()
+        .filter_map(Node::as_map)
+        .filter_map(|m| pod.volume(m.str("name")?))
+        .filter_map(|v| v.map("configMap")?.str("name"))
+        .find_map(|name| {
+            let cm = stream.config_map(&pod.namespace, name)?;
+            let text = cm.map("data")?.str("metricbeat.yml")?.to_owned();
+            Some((name.to_owned(), text))
+        });
+    let Some((cm, text)) = found else {
+        return; // Not Metricbeat, or its configuration is not in the stream.
+    };
+    let beat = match yaml::read_one(&text) {
+        Ok(beat) => beat,
+        Err(error) => {
+            out.push(format!(
+                "{at}: metricbeat.yml of ConfigMap {cm} is not YAML: {error}"
+            ));
+            return;
+        }
+    };
+    let Some(pattern) = lookup(&beat, "metricbeat.config.modules.path").and_then(Node::as_str)
+    else {
+        out.push(format!(
+            "{at}: metricbeat.yml of ConfigMap {cm} sets no metricbeat.config.modules.path: the file gate's DST {dst} is never loaded"
+        ));
+        return;
+    };
+    if lookup(&beat, "metricbeat.config.modules.reload.enabled") != Some(&Node::Bool(true)) {
+        out.push(format!(
+            "{at}: metricbeat.config.modules reload.enabled is not true (ConfigMap {cm}): Metricbeat would never notice the file gate's copy come and go"
+        ));
+    }
+    let period = lookup(&beat, "metricbeat.config.modules.reload.period")
+        .and_then(Node::as_str)
+        .unwrap_or(DEFAULT_PERIOD);
+    let margin = config.lease_duration - config.renew_deadline;
+    let lag = config.shutdown.gate_lag;
+    match parse_duration(period) {
+        Ok(p) if p < margin && p <= lag => {}
+        Ok(_) => out.push(format!(
+            "{at}: reload.period {period} (ConfigMap {cm}) must be below the margin {} and at most --gate-lag {}: Metricbeat may run the module that long after leadership ended",
+            HumanDuration(margin),
+            HumanDuration(lag)
+        )),
+        Err(error) => out.push(format!("{at}: reload.period {period} (ConfigMap {cm}): {error}")),
+    }
+    let pattern = &crate::inject::metricbeat::resolve_paths(pattern);
+    if !glob_match(pattern, dst) {
+        out.push(format!(
+            "{at}: modules glob {pattern} (ConfigMap {cm}) does not match the file gate's DST {dst}: the leader's module would never load"
+        ));
+    }
+    let (dir, name) = dst.rsplit_once('/').unwrap_or(("", dst));
+    let tmp = format!("{dir}/.{name}.leader-gate.tmp");
+    if glob_match(pattern, &tmp) {
+        out.push(format!(
+            "{at}: modules glob {pattern} (ConfigMap {cm}) matches the file gate's temporary file {tmp}: a half-written copy could be loaded"
+        ));
+    }
+}
+
+/// Go's `filepath.Match`: `*` any run of characters but `/`, `?` one of
+/// them, `[…]` a class (`^` negates, `a-z` ranges), `\` escapes.
+pub fn glob_match(pattern: &str, path: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let s: Vec<char> = path.chars().collect();
+    matches(&p, &s)
+}
+
+fn matches(p: &[char], s: &[char]) -> bool {
+    match p.first() {
+        None => s.is_empty(),
+        Some('*') => (0..=s.len())
+            .take_while(|&i| i == 0 || s[i - 1] != '/')
+            .any(|i| matches(&p[1..], &s[i..])),
+        Some('?') => s.first().is_some_and(|&c| c != '/') && matches(&p[1..], &s[1..]),
+        Some('[') => {
+            let Some(&c) = s.first().filter(|&&c| c != '/') else {
+                return false;
+            };
+            let Some((hit, rest)) = class(&p[1..], c) else {
+                return false; // A malformed class matches nothing.
+            };
+            hit && matches(rest, &s[1..])
+        }
+        Some('\\') if p.len() > 1 => s.first() == Some(&p[1]) && matches(&p[2..], &s[1..]),
+        Some(&c) => s.first() == Some(&c) && matches(&p[1..], &s[1..]),
+    }
+}
+
+/// Whether `c` is in the class starting at `p` (after `[`), and the pattern after `]`.
+fn class(p: &[char], c: char) -> Option<(bool, &[char])> {
+    let (negated, mut p) = match p.first() {
+        Some('^') => (true, &p[1..]),
+        _ => (false, p),
+    };
+    let mut hit = false;
+    let mut first = true;
+    loop {
+        match p.first()? {
+            ']' if !first => return Some((hit != negated, &p[1..])),
+            _ => {}
+        }
+        first = false;
+        let (lo, rest) = one(p)?;
+        let (hi, rest) = match rest.first() {
+            Some('-') if rest.get(1) != Some(&']') => one(&rest[1..])?,
+            _ => (lo, rest),
+        };
+        hit |= lo <= c && c <= hi;
+        p = rest;
+    }
+}
+
+fn one(p: &[char]) -> Option<(char, &[char])> {
+    match p {
+        ['\\', c, rest @ ..] => Some((*c, rest)),
+        [c, rest @ ..] => Some((*c, rest)),
+        [] => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_glob_is_gos_a_star_never_crosses_a_slash() {
+        let glob = "/usr/share/metricbeat/*modules.d/*.yml";
+        assert!(glob_match(glob, "/usr/share/metricbeat/modules.d/k.yml"));
+        assert!(glob_match(
+            glob,
+            "/usr/share/metricbeat/node-modules.d/k.yml"
+        ));
+        assert!(!glob_match(
+            glob,
+            "/usr/share/metricbeat/modules.d/.k.yml.leader-gate.tmp"
+        ));
+        assert!(!glob_match(glob, "/usr/share/metricbeat/a/modules.d/k.yml"));
+        assert!(
+            glob_match("/m/*", "/m/.k.yml.leader-gate.tmp"),
+            "Go's * matches a leading dot"
+        );
+        assert!(glob_match("/m/[a-c]?.yml", "/m/bx.yml"));
+        assert!(!glob_match("/m/[^a-c]?.yml", "/m/bx.yml"));
+        assert!(!glob_match("/m/[a-c", "/m/a"), "malformed");
+    }
+
+    #[test]
+    fn dotted_and_nested_keys_are_the_same_setting() {
+        let beat =
+            yaml::read_one("metricbeat:\n  config.modules:\n    reload.period: 5s\n").unwrap();
+        assert_eq!(
+            lookup(&beat, "metricbeat.config.modules.reload.period").and_then(Node::as_str),
+            Some("5s")
+        );
+    }
+}

@@ -1,0 +1,403 @@
+//! `leader-gate inject --check`, run as a process on the shipped manifests
+//! (which pass) and on copies of them with exactly one thing broken each,
+//! as a person would break it by hand: the check exits 1 and says what
+//! broke, once.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// The shipped manifests this test starts from, by file name.
+const FILES: [&str; 3] = ["rbac.yaml", "metricbeat-daemonset.yaml", "exec-gate.yaml"];
+
+fn manifest(name: &str) -> String {
+    let path = format!("{}/manifests/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The stream of [`FILES`], with `old` replaced by `new` in `file` (where
+/// it must occur exactly once, or the test no longer breaks what it says).
+fn stream_with(file: &str, old: &str, new: &str) -> String {
+    stream_with_all(file, &[(old, new)])
+}
+
+/// [`stream_with`] for a change made of several replacements in one file.
+fn stream_with_all(file: &str, changes: &[(&str, &str)]) -> String {
+    FILES
+        .iter()
+        .map(|name| {
+            let mut text = manifest(name);
+            if *name == file {
+                for (old, new) in changes {
+                    assert_eq!(
+                        text.matches(old).count(),
+                        1,
+                        "{file} no longer has the wiring this test breaks ({old:?}): update the test"
+                    );
+                    text = text.replacen(old, new, 1);
+                }
+            }
+            text
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Runs `inject --check` on `stream` (stdin) with `env` added to a
+/// cleared environment; returns the exit code and the findings.
+fn check_with_env(stream: &str, env: &[(&str, &str)]) -> (i32, Vec<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args(["inject", "--check", "-"])
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run leader-gate");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stream.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.stdout.is_empty(), "--check writes no stream");
+    let findings = String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    (output.status.code().expect("exited"), findings)
+}
+
+fn check(stream: &str) -> (i32, Vec<String>) {
+    check_with_env(stream, &[])
+}
+
+/// The one finding of a stream broken in one place: exit 1, one line,
+/// starting with `at` and containing `what`.
+fn one_finding(file: &str, old: &str, new: &str, at: &str, what: &str) {
+    one_finding_in(file, &[(old, new)], at, what);
+}
+
+fn one_finding_in(file: &str, changes: &[(&str, &str)], at: &str, what: &str) {
+    let (code, findings) = check(&stream_with_all(file, changes));
+    assert_eq!(code, 1, "{findings:#?}");
+    assert_eq!(findings.len(), 1, "exactly one thing broke: {findings:#?}");
+    assert!(
+        findings[0].starts_with(&format!("{at}: ")) && findings[0].contains(what),
+        "expected `{at}: …{what}…`, got {findings:#?}"
+    );
+}
+
+#[test]
+fn the_shipped_manifests_pass() {
+    let (code, findings) = check(&stream_with_all("rbac.yaml", &[]));
+    assert_eq!((code, findings), (0, vec![]));
+}
+
+#[test]
+fn the_whole_kustomization_passes_where_kubectl_renders_it() {
+    // CI has kubectl (scripts/check-manifests.sh installs it); a machine
+    // without one still checks the files above.
+    let Ok(rendered) = Command::new("kubectl")
+        .args([
+            "kustomize",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"),
+        ])
+        .output()
+    else {
+        eprintln!("no kubectl: the rendered kustomization is not checked here");
+        return;
+    };
+    assert!(rendered.status.success(), "kubectl kustomize failed");
+    let (code, findings) = check(&String::from_utf8(rendered.stdout).unwrap());
+    assert_eq!((code, findings), (0, vec![]));
+}
+
+#[test]
+fn the_checking_process_environment_counts_for_nothing() {
+    // Variables the binary's flags fall back to, set where --check runs:
+    // the pods' flags are judged by the pods' own environment alone.
+    let hostile = [
+        ("LEADER_GATE_GATE_LAG", "20s"),
+        ("LEADER_GATE_URL", "http://127.0.0.1:4040"),
+        ("LEADER_GATE_GRACE", "10m"),
+        ("LEADER_GATE_LEASE", "other"),
+    ];
+    let (code, findings) = check_with_env(&stream_with_all("rbac.yaml", &[]), &hostile);
+    assert_eq!((code, findings), (0, vec![]));
+    // ... nor does it stand in for what a pod lacks.
+    let stream = stream_with(
+        "metricbeat-daemonset.yaml",
+        "            - --lease-name\n            - metricbeat-leader\n",
+        "",
+    );
+    let (code, findings) =
+        check_with_env(&stream, &[("LEADER_GATE_LEASE_NAME", "metricbeat-leader")]);
+    assert_eq!(code, 1);
+    assert!(
+        findings.iter().any(
+            |f| f.starts_with("DaemonSet/metricbeat container leader-gate: ")
+                && f.contains("--lease-name")
+        ),
+        "{findings:#?}"
+    );
+}
+
+#[test]
+fn the_incident_a_gate_lag_beyond_the_margin_would_exit_64() {
+    // Issue 36: margin 30s - 15s = 15s; the pod crash-looped on exit 64.
+    one_finding(
+        "metricbeat-daemonset.yaml",
+        "--gate-lag=12s",
+        "--gate-lag=20s",
+        "DaemonSet/metricbeat container leader-gate",
+        "`leader-gate serve` refuses its flags and would exit 64: invalid --gate-lag: must be less than the margin --lease-duration - --renew-deadline (20s >= 15s)",
+    );
+}
+
+#[test]
+fn an_unknown_flag_is_refused_as_clap_refuses_it() {
+    one_finding(
+        "metricbeat-daemonset.yaml",
+        "--collector-health-failures=3",
+        "--collector-health-failure=3",
+        "DaemonSet/metricbeat container leader-gate",
+        "would exit 64: unexpected argument '--collector-health-failure' found",
+    );
+}
+
+#[test]
+fn a_gate_lag_equal_to_the_margin_from_the_containers_variable_is_refused() {
+    // The flag replaced by its variable (without either, the default 80%
+    // of the margin passes): the container's environment is read.
+    one_finding_in(
+        "metricbeat-daemonset.yaml",
+        &[
+            ("            - --gate-lag=12s\n", ""),
+            (
+                "            - name: POD_NAME\n",
+                "            - name: LEADER_GATE_GATE_LAG\n              value: 15s\n            - name: POD_NAME\n",
+            ),
+        ],
+        "DaemonSet/metricbeat container leader-gate",
+        "invalid --gate-lag: must be less than the margin --lease-duration - --renew-deadline (15s >= 15s)",
+    );
+}
+
+#[test]
+fn an_exec_grace_not_a_second_below_the_gate_lag_is_refused() {
+    // Defaults: margin 5s, gate lag 4s; --grace 4s sends the SIGKILL
+    // with the release.
+    one_finding(
+        "exec-gate.yaml",
+        "            - --grace\n            - 3s\n",
+        "            - --grace\n            - 4s\n",
+        "Deployment/otel-cluster-collector container collector",
+        "--grace 4s is not 1s below the sidecar's gate lag 4s and margin 5s",
+    );
+}
+
+#[test]
+fn a_termination_grace_period_short_of_hook_and_shutdown_is_refused() {
+    // preStop --timeout 15s + --drain 0s + --shutdown-timeout 20s + 5s.
+    one_finding(
+        "metricbeat-daemonset.yaml",
+        "terminationGracePeriodSeconds: 40",
+        "terminationGracePeriodSeconds: 39",
+        "DaemonSet/metricbeat",
+        "terminationGracePeriodSeconds 39 is below 40",
+    );
+}
+
+#[test]
+fn a_gate_left_on_tcp_is_refused() {
+    one_finding(
+        "metricbeat-daemonset.yaml",
+        "              value: unix:/run/leader-gate/gate.sock\n",
+        "              value: http://127.0.0.1:4040\n",
+        "DaemonSet/metricbeat container file-gate",
+        "`file-gate` is on TCP (http://127.0.0.1:4040), which the sidecar refuses beside --gate-socket",
+    );
+}
+
+#[test]
+fn a_gate_without_the_socket_volume_is_refused() {
+    // The exec gate and the preStop hook of its container both lose it.
+    let stream = stream_with(
+        "exec-gate.yaml",
+        "            - {name: gate-socket, mountPath: /run/leader-gate, readOnly: true}\n            - {name: config",
+        "            - {name: config",
+    );
+    let (code, findings) = check(&stream);
+    assert_eq!(code, 1);
+    let lost = "does not mount the gate socket's volume gate-socket at /run/leader-gate: it cannot reach unix:/run/leader-gate/gate.sock";
+    assert_eq!(
+        findings,
+        [
+            format!("Deployment/otel-cluster-collector container collector preStop hook: {lost}"),
+            format!("Deployment/otel-cluster-collector container collector: {lost}"),
+        ]
+    );
+}
+
+#[test]
+fn a_prestop_hook_naming_another_lease_is_refused() {
+    one_finding(
+        "metricbeat-daemonset.yaml",
+        "                  - metricbeat-leader\n                  - --timeout=15s\n",
+        "                  - other-leader\n                  - --timeout=15s\n",
+        "DaemonSet/metricbeat container metricbeat preStop hook",
+        "--lease other-leader is not one of the sidecar's Leases (metricbeat-leader)",
+    );
+}
+
+#[test]
+fn a_prestop_hook_whose_binary_nobody_installs_is_refused() {
+    one_finding(
+        "metricbeat-daemonset.yaml",
+        r#"args: ["install", "--log-format=json", "/gate/leader-gate"]"#,
+        r#"args: ["install", "--log-format=json", "/gate/lg"]"#,
+        "DaemonSet/metricbeat container metricbeat preStop hook",
+        "no init container installs leader-gate at /gate/leader-gate (volume gate)",
+    );
+}
+
+#[test]
+fn a_pod_name_not_from_the_downward_api_is_refused() {
+    // Every replica would hold the Lease under one name.
+    one_finding(
+        "metricbeat-daemonset.yaml",
+        "            - name: POD_NAME\n              valueFrom: {fieldRef: {fieldPath: metadata.name}}\n",
+        "            - name: POD_NAME\n              value: metricbeat\n",
+        "DaemonSet/metricbeat container leader-gate",
+        "POD_NAME does not come from the downward API",
+    );
+}
+
+#[test]
+fn a_role_without_update_on_the_lease_is_refused() {
+    one_finding(
+        "rbac.yaml",
+        r#"verbs: ["get", "update", "list", "watch"]"#,
+        r#"verbs: ["get", "list", "watch"]"#,
+        "DaemonSet/metricbeat",
+        "service account metricbeat lacks update on Lease metricbeat-leader in namespace monitoring",
+    );
+}
+
+#[test]
+fn a_role_naming_another_lease_is_refused() {
+    one_finding(
+        "rbac.yaml",
+        r#"resourceNames: ["metricbeat-leader"]"#,
+        r#"resourceNames: ["other-leader"]"#,
+        "DaemonSet/metricbeat",
+        "lacks get, update, list, watch on Lease metricbeat-leader in namespace monitoring (Role leader-gate names only other-leader)",
+    );
+}
+
+#[test]
+fn a_modules_glob_missing_the_file_gates_dst_is_refused() {
+    one_finding(
+        "metricbeat-daemonset.yaml",
+        "path: /usr/share/metricbeat/*modules.d/*.yml",
+        "path: /usr/share/metricbeat/node-modules.d/*.yml",
+        "DaemonSet/metricbeat container metricbeat",
+        "modules glob /usr/share/metricbeat/node-modules.d/*.yml (ConfigMap metricbeat-config) does not match the file gate's DST /usr/share/metricbeat/modules.d/kubernetes-cluster.yml",
+    );
+}
+
+#[test]
+fn a_modules_glob_matching_the_temporary_file_is_refused() {
+    one_finding(
+        "metricbeat-daemonset.yaml",
+        "path: /usr/share/metricbeat/*modules.d/*.yml",
+        "path: /usr/share/metricbeat/*modules.d/*",
+        "DaemonSet/metricbeat container metricbeat",
+        "matches the file gate's temporary file /usr/share/metricbeat/modules.d/.kubernetes-cluster.yml.leader-gate.tmp",
+    );
+}
+
+#[test]
+fn a_file_gate_that_is_not_a_native_sidecar_is_refused() {
+    one_finding(
+        "metricbeat-daemonset.yaml",
+        "          restartPolicy: Always\n          # No probes",
+        "          # No probes",
+        "DaemonSet/metricbeat container file-gate",
+        "`file-gate` is not a native sidecar",
+    );
+}
+
+#[test]
+fn readiness_on_leader_in_a_daemonset_is_refused() {
+    one_finding(
+        "metricbeat-daemonset.yaml",
+        "httpGet: {path: /readyz, port: admin}",
+        "httpGet: {path: /leader, port: admin}",
+        "DaemonSet/metricbeat container leader-gate",
+        "readiness on /leader stalls a DaemonSet rollout",
+    );
+}
+
+#[test]
+fn a_stream_without_rbac_says_the_lease_is_granted_nothing_here() {
+    let stream = [manifest("metricbeat-daemonset.yaml")].join("---\n");
+    let stream = stream.replace("kind: ClusterRoleBinding", "kind: ConfigMap");
+    let stream = stream.replace("kind: ClusterRole\n", "kind: ConfigMap\n");
+    let (code, findings) = check(&stream);
+    assert_eq!(code, 1);
+    assert_eq!(
+        findings,
+        [
+            "DaemonSet/metricbeat: service account metricbeat is granted nothing on Lease metricbeat-leader in namespace monitoring in this stream: bind it a Role granting get, update, list, watch, create (or ignore this if it is granted elsewhere)",
+            "DaemonSet/metricbeat: service account metricbeat is granted nothing on Events (--record-events) in namespace monitoring in this stream: bind it a Role granting create (or ignore this if it is granted elsewhere)",
+        ]
+    );
+}
+
+#[test]
+fn a_stream_with_workloads_but_no_leader_gate_says_so() {
+    let stream = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: c}\nspec:\n  template:\n    spec:\n      containers: [{name: c, image: collector:1}]\n";
+    let (code, findings) = check(stream);
+    assert_eq!(code, 1);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert!(
+        findings[0].starts_with("stream: nothing here runs leader-gate"),
+        "{findings:#?}"
+    );
+    // Without any workload there is nothing to gate, and nothing to say.
+    let (code, findings) = check("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n");
+    assert_eq!((code, findings), (0, vec![]));
+}
+
+#[test]
+fn garbage_is_a_finding_never_a_crash() {
+    for (stream, finding) in [
+        (
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: c}\nspec:\n  template:\n    spec:\n      containers: nope\n",
+            "Deployment/c: spec.template.spec.containers is not a list",
+        ),
+        (
+            "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: c}\nspec: 3\n",
+            "DaemonSet/c: no spec.template.spec",
+        ),
+        ("just a string\n", "document 1: not a Kubernetes object"),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n    - 7\n    - {name: g, image: ghcr.io/leader-gate/leader-gate:0.1.0, args: {serve: yes}}\n",
+            "Pod/p: spec.containers[0] is not a container",
+        ),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  terminationGracePeriodSeconds: soon\n  containers:\n    - {name: g, image: ghcr.io/leader-gate/leader-gate:0.1.0, args: [serve, 3]}\n",
+            "Pod/p container g: args[1] is not a string",
+        ),
+    ] {
+        let (code, findings) = check(stream);
+        assert_eq!(code, 1, "{stream}");
+        assert!(
+            findings.iter().any(|f| f.starts_with(finding)),
+            "{stream}: expected {finding:?} in {findings:#?}"
+        );
+    }
+}
