@@ -21,10 +21,14 @@
 #    (examples/fake_apiserver.rs, kubeconfig mounted read-only; host
 #    network, every listener on 127.0.0.1) until its gate answers
 #    `GET /leader` 200 with "leading":true, the process running as uid and
-#    gid 65532; then SIGTERM, and the container must exit 0.
+#    gid 65532; then SIGTERM, and the container must exit 0;
+# 4. `skopeo copy --all` pushes the archive to a registry (Debian's
+#    docker-registry, on 127.0.0.1 with its own storage directory), which
+#    then serves the image index with the digest build-image.sh printed and
+#    both platforms.
 #
 # Everything it starts (containerd, dockerd, the fake API server, the
-# containers) is stopped on exit, and its directory removed. It needs root,
+# containers, the registry) is stopped on exit, and its directory removed. It needs root,
 # and installs the Debian packages it needs if they are missing.
 #
 #   scripts/check-image-run.sh [--binary PATH] [--binary-arm64 PATH]
@@ -59,7 +63,8 @@ done
 # --- what it needs -----------------------------------------------------------
 missing=()
 for pair in containerd:containerd runc:runc umoci:umoci dockerd:docker.io podman:podman \
-    curl:curl python3:python3 qemu-aarch64-static:qemu-user-static; do
+    curl:curl python3:python3 qemu-aarch64-static:qemu-user-static skopeo:skopeo \
+    docker-registry:docker-registry; do
     command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 if ((${#missing[@]})); then
@@ -73,6 +78,7 @@ if ((${#missing[@]})); then
         case $package in
         docker.io) systemctl disable --now docker.socket docker.service >/dev/null 2>&1 || true ;;
         containerd) systemctl disable --now containerd.service >/dev/null 2>&1 || true ;;
+        docker-registry) systemctl disable --now docker-registry.service >/dev/null 2>&1 || true ;;
         esac
     done
 fi
@@ -125,7 +131,10 @@ free_port() {
 # --- 1. the image, twice -----------------------------------------------------
 scripts/build-image.sh "${build_args[@]}" --output "$work/first.tar" >/dev/null
 archive=target/image/$name-$version.oci.tar
-scripts/build-image.sh "${build_args[@]}" --output "$archive"
+built=$(scripts/build-image.sh "${build_args[@]}" --output "$archive")
+echo "$built"
+index_digest=$(sed -n 's/.*, index \(sha256:[0-9a-f]*\):.*/\1/p' <<<"$built")
+[[ -n $index_digest ]] || fail "build-image.sh printed no index digest: $built"
 cmp -s "$work/first.tar" "$archive" ||
     fail "two builds of the image differ: $(sha256sum "$work/first.tar" "$archive" | tr '\n' ' ')"
 say "two builds are identical: sha256 $(sha256sum "$archive" | cut -d' ' -f1)"
@@ -295,5 +304,33 @@ wait "$serve" || code=$?
 ((code == 0)) || fail "after SIGTERM the container exited $code; its log: $(tail -n 5 "$work/serve.log")"
 grep -q "stopped" "$work/serve.log" || fail "no 'stopped' line in the container's log"
 say "SIGTERM: the container stopped, exit 0"
+
+# --- 4. the push: skopeo copy --all to a registry --------------------------
+registry_port=$(free_port)
+mkdir -p "$work/registry"
+cat >"$work/registry/config.yml" <<EOF
+version: 0.1
+storage:
+  filesystem:
+    rootdirectory: $work/registry/data
+http:
+  addr: 127.0.0.1:$registry_port
+EOF
+docker-registry serve "$work/registry/config.yml" >"$work/registry.log" 2>&1 &
+pids+=($!)
+wait_for 30 curl -sf "http://127.0.0.1:$registry_port/v2/" ||
+    fail "docker-registry did not start: $(tail -n 5 "$work/registry.log")"
+pushed=127.0.0.1:$registry_port/monitoring/leader-gate:$version
+skopeo copy --quiet --all --dest-tls-verify=false --digestfile "$work/digest" \
+    "oci-archive:$archive" "docker://$pushed" >"$work/skopeo.log" 2>&1 ||
+    fail "skopeo copy --all refused the archive: $(tail -n 5 "$work/skopeo.log")"
+served=$(skopeo inspect --tls-verify=false --raw "docker://$pushed" | sha256sum | cut -d' ' -f1)
+[[ sha256:$served == "$index_digest" && $(cat "$work/digest") == "$index_digest" ]] ||
+    fail "the registry serves sha256:$served (skopeo's digest file: $(cat "$work/digest")), want the index $index_digest"
+for arch in amd64 arm64; do
+    got=$(skopeo inspect --tls-verify=false --override-arch "$arch" --format '{{.Os}}/{{.Architecture}}' "docker://$pushed")
+    [[ $got == "linux/$arch" ]] || fail "the pushed index for $arch: got '$got', want linux/$arch"
+done
+say "skopeo copy --all (skopeo $(skopeo --version | awk '{print $3}')): the registry serves $pushed as the index $index_digest, linux/amd64 and linux/arm64"
 
 say "ok in $((SECONDS - started)) s"
