@@ -13,7 +13,11 @@
 #    LEADER_GATE_TERM, the term /leader names, then sleeps): it started
 #    because the sidecar leads;
 # 4. SIGTERM to the sidecar: it exits 0, and the gate stops the command
-#    (its PID is gone); SIGTERM to exec: it exits 0.
+#    (its PID is gone); SIGTERM to exec: it exits 0;
+# 5. as root: in an empty root (no libc, no NSS module; qemu-aarch64-static
+#    copied in), `status --url http://localhost:PORT` resolves localhost
+#    through /etc/hosts and gets "connection refused" (as
+#    scripts/check-image-build.sh checks for amd64).
 #
 # Every check prints what it expected and what it got, and exits 1. Needs
 # qemu-user-static and curl (it installs nothing; it names the apt command).
@@ -176,5 +180,25 @@ timeout 20 tail --pid="$exec_pid" -f /dev/null || fail "exec did not exit within
 wait "$exec_pid" || code=$?
 ((code == 0)) || fail "exec after SIGTERM: want exit 0, got $code; its log: $(tail -n 5 "$work/exec.log")"
 say "SIGTERM: exec exited 0"
+
+# --- 5. an empty root ------------------------------------------------------------
+if [[ $(id -u) == 0 ]] && command -v chroot >/dev/null && chroot / true 2>/dev/null; then
+    jail=$work/jail
+    mkdir -p "$jail/etc" "$jail/bin"
+    cp "$binary" "$jail/bin/leader-gate"
+    cp "$(command -v qemu-aarch64-static)" "$jail/bin/qemu-aarch64-static"
+    printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n' >"$jail/etc/hosts"
+    printf 'hosts: files dns\n' >"$jail/etc/nsswitch.conf"
+    port=$(free_port)
+    set +e
+    out=$(chroot "$jail" /bin/qemu-aarch64-static /bin/leader-gate status --url "http://localhost:$port" 2>&1)
+    rc=$?
+    set -e
+    [[ $rc == 2 && $out == *"refused"* ]] ||
+        fail "in an empty root, status against http://localhost:$port: want exit 2 and 'connection refused', got exit $rc, '$out'"
+    say "empty root: resolves localhost through /etc/hosts ($out)"
+else
+    say "not root (or no chroot): skipped the empty-root run"
+fi
 
 say "ok in $((SECONDS - started)) s"
