@@ -21,9 +21,9 @@
 # Cargo.toml (fat LTO, opt-level z) and -C target-feature=+crt-static, as
 # the Dockerfile builds amd64; then checks it is an arm64 executable,
 # statically linked, and prints `leader-gate VERSION` under
-# qemu-aarch64-static. About 10 minutes on 2 cores the first time (every
-# dependency, for arm64, with Debian's rustc), then about 2 (leader-gate
-# itself: the fat LTO link). scripts/build-image.sh packs it with the amd64
+# qemu-aarch64-static. About 7 minutes on 2 cores the first time (every
+# dependency, for arm64, with Debian's rustc), then 3 to 5 (leader-gate
+# itself: the fat LTO link; 2.7 minutes of CPU). scripts/build-image.sh packs it with the amd64
 # binary into one two-platform image index.
 set -euo pipefail
 started=$SECONDS
