@@ -5,12 +5,18 @@
 # build stage produces, and scripts/check-image-run.sh runs it in
 # containerd (docs/image.md).
 #
-# Platforms: linux/amd64 is the one built and run here. TARGET names the
-# Rust target; another platform needs its target installed in the build
-# image and a C cross-compiler for ring (e.g. `docker buildx build
-# --platform linux/arm64 --build-arg TARGET=aarch64-unknown-linux-gnu`
-# after adding both to the build stage). That is not done or tested: this
-# project's machines have only the x86_64 toolchain and fetch no other.
+# Platforms: this file builds one platform per build, TARGET naming its
+# Rust target (default x86_64-unknown-linux-gnu, linux/amd64: the one
+# replayed and run here). The two-platform image (an OCI image index,
+# linux/amd64 and linux/arm64) is built by the scripts, not by buildx:
+# scripts/build-arm64.sh cross-builds the arm64 binary from Debian's
+# packages and scripts/build-image.sh packs both (docs/image.md). For an
+# arm64 image from this file, `docker buildx build --platform linux/arm64
+# --build-arg TARGET=aarch64-unknown-linux-gnu .` should work: the build
+# stage then runs in rust's arm64 image (emulated on an amd64 builder, so
+# slow) and builds natively there, with its own gcc for ring, and the
+# distroless base has an arm64 image. Not run here (no Docker engine), and
+# one buildx call for both platforms cannot give each its TARGET.
 #
 # A statically linked release binary (glibc linked in with crt-static) on a
 # distroless static base, running as the numeric non-root user 65532 (the
