@@ -15,6 +15,7 @@ use crate::args::LogArgs;
 
 pub mod check;
 pub mod metricbeat;
+pub mod otel;
 pub mod plan;
 pub mod pod;
 pub mod rbac;
