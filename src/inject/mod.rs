@@ -19,6 +19,7 @@ pub mod otel;
 pub mod plan;
 pub mod pod;
 pub mod rbac;
+pub mod second;
 pub mod workload;
 pub mod yaml;
 
@@ -171,7 +172,10 @@ pub fn inject(docs: &mut Vec<Node>, args: &InjectArgs) -> Result<Vec<String>, St
         chosen
     };
     if chosen.is_empty() {
-        return Err("no workload here runs a collector inject knows by its image: name it with --workload and --container".to_owned());
+        return Err(match unsupported(docs) {
+            Some(said) => said,
+            None => "no workload here runs a collector inject knows by its image: name it with --workload and --container".to_owned(),
+        });
     }
     let mut notes = Vec::new();
     let mut host_ports = args.host_port_base;
@@ -181,6 +185,22 @@ pub fn inject(docs: &mut Vec<Node>, args: &InjectArgs) -> Result<Vec<String>, St
         notes.extend(w_notes.drain(..).map(|n| format!("{}: {n}", w.label())));
     }
     Ok(notes)
+}
+
+/// What to say about an operator's resource `inject` finds but does not gate.
+fn unsupported(docs: &[Node]) -> Option<String> {
+    docs.iter().filter_map(Node::as_map).find_map(|d| {
+        let name = d.at_str(&["metadata", "name"]).unwrap_or("?");
+        match d.str("kind")? {
+            "OpenTelemetryCollector" => Some(format!(
+                "OpenTelemetryCollector/{name}: the OpenTelemetry Operator owns its collector's command, so inject cannot wrap it; gate it as docs/recipes.md \"OpenTelemetry Operator\" shows (a second collector in additionalContainers under leader-gate exec), or render the collector and gate that"
+            )),
+            kind @ ("Prometheus" | "PrometheusAgent") => Some(format!(
+                "{kind}/{name}: prometheus-operator resources are not gated by inject yet; gate the scrape jobs that must run once with a file gate as docs/gates.md \"Prometheus\" shows"
+            )),
+            _ => None,
+        }
+    })
 }
 
 fn gate_one(
@@ -198,8 +218,12 @@ fn gate_one(
         .cloned()
         .unwrap_or_default();
     let pod = w.pod_spec(docs).ok_or("no pod spec")?;
+    // An OpenTelemetry Collector DaemonSet keeps its node work everywhere;
+    // its cluster receivers move to a second container under exec.
+    let second_collector = args.gate.is_none() && kind == Collector::OtelCollector && w.per_node();
     let gate = match args.gate {
         Some(gate) => gate,
+        None if second_collector => GateKind::Exec,
         None => GateKind::recommended(kind, w.per_node())?,
     };
     let host_network = pod.get("hostNetwork") == Some(&Node::Bool(true));
@@ -219,6 +243,13 @@ fn gate_one(
         }
         _ => (None, None),
     };
+    let at = if second_collector {
+        let (second, said) = second::add(docs, w, at)?;
+        notes.extend(said);
+        second
+    } else {
+        at
+    };
     let ports = host_network.then(|| {
         let ports = (*host_ports, *host_ports + 1);
         *host_ports += 2;
@@ -237,7 +268,7 @@ fn gate_one(
         timings: Timings::for_gate(gate, reload),
         image: args.image.clone(),
         ports,
-        health_url: (gate == GateKind::Exec)
+        health_url: (gate == GateKind::Exec && !second_collector)
             .then(|| pod::exec_health_url(w.pod_spec(docs)?, &container))
             .flatten(),
         file,
@@ -245,7 +276,11 @@ fn gate_one(
     // The conversion may have added a document before the workload.
     let w = &w.refind(docs).ok_or("no pod spec")?;
     let pod = w.pod_spec_mut(docs).ok_or("no pod spec")?;
-    let at = workload::container_index(pod, &name);
+    let at = if second_collector {
+        at
+    } else {
+        workload::container_index(pod, &name)
+    };
     notes.extend(pod::gate(pod, at, kind, &plan)?);
     let new_account = account.is_none();
     let account = account.unwrap_or_else(|| w.name.clone());

@@ -31,7 +31,6 @@ impl GateKind {
             (Collector::Metricbeat, _) => Ok(GateKind::File),
             (_, false) => Ok(GateKind::Exec),
             (Collector::ElasticAgent, true) => Err("Elastic Agent in a DaemonSet elects its own leader (the kubernetes_leaderelection provider); inject does not convert that: keep it, or gate a Deployment of the agent with --gate exec".to_owned()),
-            (Collector::OtelCollector, true) => Err("an OpenTelemetry Collector DaemonSet does node work on every pod: run its cluster receivers (k8s_cluster, k8sobjects) in a Deployment of their own and gate that (inject gates a Deployment with exec), or pass --gate exec to run this whole collector on one node only".to_owned()),
             (_, true) => Err("a DaemonSet's collector does node work on every pod: pass --gate exec to run it on one node only, or --gate poll".to_owned()),
         }
     }

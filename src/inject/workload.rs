@@ -87,6 +87,10 @@ pub fn find(docs: &[Node]) -> Vec<Workload> {
     found
 }
 
+/// The name of the leader-only copy of a collector container, after the
+/// collector's ([`super::second`]).
+pub const SECOND_SUFFIX: &str = "-leader-only";
+
 /// The collectors `inject` knows by their image, with what it needs of each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Collector {
@@ -192,10 +196,12 @@ pub fn collector(
         .iter()
         .filter_map(|c| {
             let c = c.as_map()?;
-            Some((
-                c.str("name")?.to_owned(),
-                Collector::of_image(c.str("image")?)?,
-            ))
+            let name = c.str("name")?;
+            // A leader-only copy an earlier run added is not a collector of its own.
+            if name.ends_with(SECOND_SUFFIX) {
+                return None;
+            }
+            Some((name.to_owned(), Collector::of_image(c.str("image")?)?))
         })
         .collect();
     match known.as_slice() {

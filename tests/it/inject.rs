@@ -165,6 +165,7 @@ fn what_inject_writes_passes_its_own_check_and_the_upstream_file_does_not() {
     for name in [
         "elastic-beats-metricbeat-kubernetes.yaml",
         "otel-helm-deployment-cluster-metrics.yaml",
+        "otel-helm-daemonset-cluster-metrics.yaml",
     ] {
         assert_eq!(check(&gated(name)), (0, String::new()), "{name}");
         let (code, err) = check(&fixture(name));
@@ -181,6 +182,7 @@ fn a_second_run_changes_no_byte() {
     for name in [
         "elastic-beats-metricbeat-kubernetes.yaml",
         "otel-helm-deployment-cluster-metrics.yaml",
+        "otel-helm-daemonset-cluster-metrics.yaml",
     ] {
         let once = gated(name);
         let (code, twice, err) = inject(&once, &[]);
@@ -346,12 +348,12 @@ fn a_deployments_collector_runs_under_exec_with_its_own_command_and_args() {
 fn collectors_it_cannot_gate_well_are_refused_with_the_way_out() {
     for (name, says) in [
         (
-            "otel-helm-daemonset-cluster-metrics.yaml",
-            "in a Deployment of their own",
-        ),
-        (
             "elastic-agent-standalone-kubernetes.yaml",
             "kubernetes_leaderelection",
+        ),
+        (
+            "otel-operator-collector-k8scluster.yaml",
+            "owns its collector's command",
         ),
     ] {
         let (code, out, err) = inject(&fixture(name), &[]);
@@ -453,4 +455,59 @@ fn an_eck_beat_with_a_unique_provider_gets_the_file_gate_in_its_pod_template() {
     let (code, twice, err) = inject(&out, &[]);
     assert_eq!((code, twice == out), (0, true), "{err}");
     assert_eq!(check(&out), (0, String::new()));
+}
+
+#[test]
+fn an_otel_daemonset_keeps_its_node_work_and_runs_its_cluster_receivers_in_a_gated_copy() {
+    let docs = read_stream(&gated("otel-helm-daemonset-cluster-metrics.yaml")).unwrap();
+    let relay = |cm: &str| {
+        let text = find(&docs, "ConfigMap", cm)
+            .at_str(&["data", "relay"])
+            .unwrap()
+            .to_owned();
+        read_one(&text).unwrap()
+    };
+    let receivers = |config: &Node, pipeline: &str| -> Vec<String> {
+        let p = config.at(&["service", "pipelines", pipeline]).unwrap();
+        strings(p.seq("receivers"))
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    };
+    let node = relay("example-opentelemetry-collector-agent");
+    assert_eq!(receivers(&node, "metrics"), ["otlp", "prometheus"]);
+    assert_eq!(receivers(&node, "traces"), ["otlp", "jaeger", "zipkin"]);
+    let leader = relay("example-opentelemetry-collector-agent-leader-only");
+    assert_eq!(receivers(&leader, "metrics"), ["k8s_cluster"]);
+    assert!(leader.at(&["service", "pipelines", "traces"]).is_none());
+    // The receiver's own election is gone: leader-gate elects.
+    assert!(!format!("{node:?}{leader:?}").contains("k8s_leader_elector"));
+
+    let ds = find(&docs, "DaemonSet", "example-opentelemetry-collector-agent");
+    let pod = ds.map("spec").unwrap().at(&["template", "spec"]).unwrap();
+    let main = named(pod.seq("containers"), "opentelemetry-collector");
+    assert_eq!(
+        strings(main.seq("command")),
+        ["/otelcol-k8s"],
+        "the node collector runs ungated"
+    );
+    assert!(main.get("livenessProbe").is_some() && main.get("lifecycle").is_none());
+    let copy = named(pod.seq("containers"), "opentelemetry-collector-leader-only");
+    let command = strings(copy.seq("command"));
+    assert_eq!(
+        (command[1], *command.last().unwrap()),
+        ("exec", "/otelcol-k8s")
+    );
+    assert_eq!(
+        strings(copy.seq("args")),
+        ["--config=/etc/leader-gate/collector/relay"]
+    );
+    // No hostPorts twice in one pod, no probes on a container idle on followers.
+    for key in ["ports", "livenessProbe", "readinessProbe"] {
+        assert!(copy.get(key).is_none(), "{key} copied");
+    }
+    assert!(
+        copy.at(&["lifecycle", "preStop", "exec"]).is_some(),
+        "the hand-over hook"
+    );
 }

@@ -1,0 +1,216 @@
+//! A second collector container for the part of a DaemonSet collector's
+//! configuration that must run once per cluster (an OpenTelemetry
+//! Collector's `k8s_cluster`, `k8sobjects`, `k8s_events` receivers): the
+//! collector keeps its node work on every pod, and a copy of it, reading the
+//! leader-only configuration from a ConfigMap of its own, runs under `exec`
+//! on the leader only (docs/gates.md, "Which gate for my collector").
+
+use super::otel;
+use super::workload::{SECOND_SUFFIX as SUFFIX, Workload};
+use super::yaml::{Map, Node};
+
+/// Where the second container reads its configuration.
+pub const CONFIG_DIR: &str = "/etc/leader-gate/collector";
+pub const VOL_CONFIG: &str = "leader-gate-collector-config";
+/// The leader-only collector's own metrics port: the collector's 8888 is
+/// taken in the pod's network namespace.
+pub const LEADER_METRICS_PORT: u16 = 18888;
+
+/// Where a collector container's `--config` comes from.
+struct ConfigSource {
+    /// The `--config` argument's place in `args`.
+    arg: usize,
+    config_map: String,
+    key: String,
+}
+
+/// The ConfigMap key a collector reads through `--config=PATH` (or
+/// `--config PATH`) in its args, through the ConfigMap volume mounted above PATH.
+fn config_source(pod: &Map, container: &Map) -> Result<ConfigSource, String> {
+    let args = container.seq("args");
+    let (arg, path) = args
+        .iter()
+        .enumerate()
+        .find_map(|(i, a)| {
+            let a = a.as_str()?;
+            match a.strip_prefix("--config=") {
+                Some(path) => Some((i, path.to_owned())),
+                None if a == "--config" => Some((i + 1, args.get(i + 1)?.as_str()?.to_owned())),
+                None => None,
+            }
+        })
+        .ok_or("its collector has no --config argument to read its configuration from")?;
+    for mount in container
+        .seq("volumeMounts")
+        .iter()
+        .filter_map(Node::as_map)
+    {
+        let Some(dir) = mount.str("mountPath") else {
+            continue;
+        };
+        let Some(rel) = path.strip_prefix(dir).map(|r| r.trim_start_matches('/')) else {
+            continue;
+        };
+        let Some(volume) = pod
+            .seq("volumes")
+            .iter()
+            .filter_map(Node::as_map)
+            .find(|v| v.str("name") == mount.str("name"))
+        else {
+            continue;
+        };
+        let Some(cm) = volume.map("configMap") else {
+            continue;
+        };
+        let key = cm
+            .seq("items")
+            .iter()
+            .filter_map(Node::as_map)
+            .find(|i| i.str("path") == Some(rel))
+            .and_then(|i| i.str("key"))
+            .unwrap_or(rel);
+        return Ok(ConfigSource {
+            arg,
+            config_map: cm
+                .str("name")
+                .ok_or("a configMap volume without a name")?
+                .to_owned(),
+            key: key.to_owned(),
+        });
+    }
+    Err(format!(
+        "its collector's --config {path} is not in a ConfigMap it mounts"
+    ))
+}
+
+fn config_map_doc(docs: &[Node], namespace: &str, name: &str) -> Option<usize> {
+    docs.iter().position(|d| {
+        d.as_map().is_some_and(|m| {
+            m.str("kind") == Some("ConfigMap")
+                && m.at_str(&["metadata", "name"]) == Some(name)
+                && m.at_str(&["metadata", "namespace"]).unwrap_or("default") == namespace
+        })
+    })
+}
+
+/// Splits the collector's configuration (its ConfigMap keeps the node
+/// part, `<workload>-leader-only` gets the cluster part) and adds the second
+/// container; returns its index in `containers`, and what it did.
+pub fn add(
+    docs: &mut Vec<Node>,
+    w: &Workload,
+    collector: usize,
+) -> Result<(usize, Vec<String>), String> {
+    let pod = w.pod_spec(docs).ok_or("no pod spec")?;
+    let container = pod.seq("containers")[collector]
+        .as_map()
+        .cloned()
+        .unwrap_or_default();
+    let name = container.str("name").unwrap_or("collector").to_owned();
+    let source = config_source(pod, &container)?;
+    let cm_doc = config_map_doc(docs, &w.namespace, &source.config_map).ok_or_else(|| {
+        format!(
+            "its collector's ConfigMap {} is not in the input",
+            source.config_map
+        )
+    })?;
+    let text = docs[cm_doc]
+        .at(&["data"])
+        .and_then(|d| d.str(&source.key))
+        .ok_or_else(|| format!("ConfigMap {} has no key {}", source.config_map, source.key))?
+        .to_owned();
+    let leader_map = format!("{}{SUFFIX}", w.name);
+    let mut notes = Vec::new();
+    match otel::split(&text, LEADER_METRICS_PORT)? {
+        Some(split) => {
+            notes.push(format!(
+                "the cluster receivers run in container {name}{SUFFIX}, on the leader only, from ConfigMap {leader_map}; the node work stays in {name} on every pod"
+            ));
+            notes.extend(split.moved);
+            if let Some(data) = docs[cm_doc].at_mut(&["data"]) {
+                data.insert(&source.key, Node::str(split.node));
+            }
+            let mut cm = Map::default();
+            cm.insert("apiVersion", Node::str("v1"));
+            cm.insert("kind", Node::str("ConfigMap"));
+            let mut metadata = Map::default();
+            metadata.insert("name", Node::str(&leader_map));
+            metadata.insert("namespace", Node::str(&w.namespace));
+            cm.insert("metadata", Node::Map(metadata));
+            let mut data = Map::default();
+            data.insert(&source.key, Node::str(split.leader));
+            cm.insert("data", Node::Map(data));
+            match config_map_doc(docs, &w.namespace, &leader_map) {
+                Some(at) => docs[at] = Node::Map(cm),
+                None => docs.insert(cm_doc + 1, Node::Map(cm)),
+            }
+        }
+        None if config_map_doc(docs, &w.namespace, &leader_map).is_some() => {}
+        None => {
+            return Err(format!(
+                "its collector runs none of the receivers that work once per cluster ({}): nothing to gate; or pass --gate exec to run the whole collector on one node only",
+                otel::CLUSTER_RECEIVERS.join(", ")
+            ));
+        }
+    }
+    // The copy: the collector's image, command, env, resources and mounts;
+    // none of its ports (hostPorts would clash), probes or hooks.
+    let mut second = container.clone();
+    second.insert("name", Node::str(format!("{name}{SUFFIX}")));
+    for key in [
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "startupProbe",
+        "lifecycle",
+    ] {
+        second.remove(key);
+    }
+    if let Some(args) = second.get_mut("args").and_then(Node::as_seq_mut) {
+        let file = format!("{CONFIG_DIR}/{}", source.key);
+        match args.get(source.arg).and_then(Node::as_str) {
+            Some(a) if a.starts_with("--config=") => {
+                args[source.arg] = Node::str(format!("--config={file}"))
+            }
+            Some(_) => args[source.arg] = Node::str(file),
+            None => return Err("its collector's --config has no value".to_owned()),
+        }
+    }
+    let mut mount = Map::default();
+    mount.insert("name", Node::str(VOL_CONFIG));
+    mount.insert("mountPath", Node::str(CONFIG_DIR));
+    mount.insert("readOnly", Node::Bool(true));
+    second.seq_entry("volumeMounts").push(Node::Map(mount));
+    // The ConfigMap added before it moved the workload.
+    let w = &w.refind(docs).ok_or("no pod spec")?;
+    let pod = w.pod_spec_mut(docs).ok_or("no pod spec")?;
+    let mut volume = Map::default();
+    volume.insert("name", Node::str(VOL_CONFIG));
+    let mut cm = Map::default();
+    cm.insert("name", Node::str(&leader_map));
+    volume.insert("configMap", Node::Map(cm));
+    let volumes = pod.seq_entry("volumes");
+    match volumes
+        .iter()
+        .position(|v| v.as_map().and_then(|v| v.str("name")) == Some(VOL_CONFIG))
+    {
+        Some(at) => volumes[at] = Node::Map(volume),
+        None => volumes.push(Node::Map(volume)),
+    }
+    let containers = pod.seq_entry("containers");
+    let second_name = format!("{name}{SUFFIX}");
+    let at = match containers
+        .iter()
+        .position(|c| c.as_map().and_then(|c| c.str("name")) == Some(&second_name))
+    {
+        Some(at) => {
+            containers[at] = Node::Map(second);
+            at
+        }
+        None => {
+            containers.insert(collector + 1, Node::Map(second));
+            collector + 1
+        }
+    };
+    Ok((at, notes))
+}
