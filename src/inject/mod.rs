@@ -16,6 +16,7 @@ use crate::args::LogArgs;
 pub mod check;
 pub mod metricbeat;
 pub mod otel;
+pub mod patch;
 pub mod plan;
 pub mod pod;
 pub mod rbac;
@@ -68,6 +69,14 @@ pub struct InjectArgs {
     /// The Lease's name (default: the workload's name + `-leader`).
     #[arg(long, value_name = "NAME")]
     pub lease: Option<String>,
+
+    /// Write a kustomization into this directory instead of printing the
+    /// stream: FILE as it is, plus leader-gate's objects and one
+    /// strategic-merge patch per object it changed (for repositories that
+    /// keep the upstream file untouched). `kubectl kustomize DIR` renders
+    /// what inject would print.
+    #[arg(long, value_name = "DIR")]
+    pub patch: Option<PathBuf>,
 
     /// The leader-gate image the pods run.
     #[arg(long, default_value = IMAGE)]
@@ -134,8 +143,28 @@ pub fn run_on(args: &InjectArgs, text: &str) -> Outcome {
             stderr: findings,
         };
     }
+    let original = docs.clone();
     let mut docs = docs;
     match inject(&mut docs, args) {
+        Ok(notes) if args.patch.is_some() => {
+            let dir = args.patch.as_deref().expect("just matched");
+            match write_patch(dir, &args.input, &original, &docs) {
+                Ok(written) => Outcome {
+                    code: 0,
+                    stdout: String::new(),
+                    stderr: notes
+                        .into_iter()
+                        .chain(std::iter::once(written))
+                        .map(|n| format!("leader-gate inject: {n}"))
+                        .collect(),
+                },
+                Err(error) => Outcome {
+                    code: crate::exit::CANTCREAT,
+                    stdout: String::new(),
+                    stderr: vec![format!("leader-gate inject: {error}")],
+                },
+            }
+        }
         Ok(notes) => Outcome {
             code: 0,
             stdout: write_stream(&docs),
@@ -150,6 +179,42 @@ pub fn run_on(args: &InjectArgs, text: &str) -> Outcome {
             stderr: vec![format!("leader-gate inject: {error}")],
         },
     }
+}
+
+/// Writes `--patch DIR`; says what it wrote.
+fn write_patch(
+    dir: &std::path::Path,
+    input: &std::path::Path,
+    original: &[Node],
+    gated: &[Node],
+) -> Result<String, String> {
+    if input.as_os_str() == "-" {
+        return Err("--patch needs the input as a file, which the kustomization lists: inject --patch DIR FILE".to_owned());
+    }
+    let from = patch::relative(input, dir);
+    if from.starts_with("..") {
+        return Err(format!(
+            "--patch {}: {} is not in that directory, and kustomize loads files only from within it: keep the upstream file there (as GitOps repositories do) and run inject --patch DIR DIR/FILE",
+            dir.display(),
+            input.display()
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let files = patch::files(original, gated, &from.to_string_lossy());
+    for (name, text) in &files {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(format!(
+        "wrote {} ({}): kubectl kustomize {} renders the gated stream",
+        dir.display(),
+        files
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        dir.display()
+    ))
 }
 
 /// Gates the chosen workloads of `docs` in place; returns what it did that
