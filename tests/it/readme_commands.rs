@@ -69,11 +69,13 @@ fn shell_lines(text: &str) -> Vec<String> {
     out
 }
 
-/// The `leader-gate` invocations of a shell line (after `&&`, `|`, `;`).
+/// The `leader-gate` invocations of a shell line (after `&&`, `|`, `;`),
+/// without their redirections (`> gated.yaml`, `< in.yaml`).
 fn invocations(line: &str) -> Vec<Vec<String>> {
     line.split(['|', ';', '&'])
         .filter_map(|part| {
-            let words = shell_words(part.trim());
+            let command = part.split(['>', '<']).next().unwrap_or("");
+            let words = shell_words(command.trim());
             let at = words
                 .iter()
                 .position(|w| w == "leader-gate" || w.ends_with("/leader-gate"))?;
