@@ -340,6 +340,19 @@ fn gate_one(
     };
     // The conversion may have added a document before the workload.
     let w = &w.refind(docs).ok_or("no pod spec")?;
+    if let Some(account) = &account {
+        let defined = docs.iter().filter_map(Node::as_map).any(|d| {
+            d.str("kind") == Some("ServiceAccount")
+                && d.at_str(&["metadata", "name"]) == Some(account)
+                && d.at_str(&["metadata", "namespace"]).unwrap_or("default") == w.namespace
+        });
+        if !defined {
+            notes.push(format!(
+                "ServiceAccount {account} is not in this input: the RoleBinding names it, so it must exist in namespace {} (a chart or another file may make it)",
+                w.namespace
+            ));
+        }
+    }
     let pod = w.pod_spec_mut(docs).ok_or("no pod spec")?;
     let at = if second_collector {
         at

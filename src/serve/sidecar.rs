@@ -37,10 +37,18 @@ async fn bind(flag: &str, address: std::net::SocketAddr) -> Option<TcpListener> 
         Ok(listener) => Some(listener),
         Err(error) => {
             let way_out = if error.kind() == std::io::ErrorKind::AddrInUse {
+                // What else names the port: the gates and the hook reach the
+                // gate listener; the probes and the containerPort the admin one.
+                let to_match = if flag == "--admin-listen" {
+                    "the probes' port and the containerPort"
+                } else {
+                    "the gates' and the preStop hook's --url"
+                };
                 format!(
                     "another process of this pod's network holds {address}; with hostNetwork, another \
                      workload on this node may run leader-gate: give each workload on a node ports of \
-                     its own ({flag}, with the gates' --url and the probes' port to match)"
+                     its own ({flag}, with {to_match} to match; a pod gated by `leader-gate inject`: \
+                     run it again with --host-port-base)"
                 )
             } else {
                 String::new()

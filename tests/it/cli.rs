@@ -557,6 +557,14 @@ fn a_port_in_use_names_its_flag_and_the_way_out() {
     assert!(stderr.contains("cannot bind a listener"), "{stderr}");
     assert!(stderr.contains("flag=\"--admin-listen\""), "{stderr}");
     assert!(stderr.contains("ports of its own"), "{stderr}");
+    assert!(
+        stderr.contains("the probes' port and the containerPort"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("--host-port-base"),
+        "inject's way out too: {stderr}"
+    );
     drop(busy);
 }
 

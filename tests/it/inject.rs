@@ -511,3 +511,17 @@ fn an_otel_daemonset_keeps_its_node_work_and_runs_its_cluster_receivers_in_a_gat
         "the hand-over hook"
     );
 }
+
+#[test]
+fn a_service_account_the_input_does_not_define_is_said() {
+    // The chart's example renders no ServiceAccount; Elastic's file has one.
+    let (code, _, err) = inject(&fixture("otel-helm-daemonset-cluster-metrics.yaml"), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("ServiceAccount example-opentelemetry-collector is not in this input"),
+        "{err}"
+    );
+    let (code, _, err) = inject(&fixture("elastic-beats-metricbeat-kubernetes.yaml"), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("is not in this input"), "{err}");
+}
