@@ -5,7 +5,8 @@ Usage: check_inject.py LEADER_GATE_BINARY WORKDIR KUBERNETES_VERSION...
 
 For each upstream manifest in tests/fixtures/upstream/ that inject gates (and
 ECK's Beat recipe with a kube-state-metrics provider added, as Elastic's own
-manifest has one):
+manifest has one; the chart's Deployment with an init container of its own,
+which must keep running first):
 
 - the gated stream passes the Kubernetes schemas (kubernetes-validate,
   strict, every version given) and, for ECK's Beat, the CRD in
@@ -58,6 +59,20 @@ def eck_with_unique_provider(workdir):
     return path
 
 
+def deployment_with_init_container(workdir):
+    """The chart's Deployment with an init container of its own, which must
+    still run first (its order is when it runs)."""
+    with open(os.path.join(FIXTURES, "otel-helm-deployment-cluster-metrics.yaml")) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": "own-init", "image": "busybox:1.36", "command": ["true"]}]
+    path = os.path.join(workdir, "otel-deployment-with-init-container.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump_all(docs, f, sort_keys=False)
+    return path
+
+
 def normal(node, field=""):
     """Nulls dropped; lists merged by key sorted by it (init containers kept in order)."""
     if isinstance(node, dict):
@@ -82,7 +97,8 @@ def run(cmd, **kw):
 def main():
     binary, workdir, versions = sys.argv[1], sys.argv[2], sys.argv[3:]
     crds = check_recipes.load_crds(os.path.join(ROOT, "examples", "schemas"))
-    inputs = [os.path.join(FIXTURES, n) for n in GATED] + [eck_with_unique_provider(workdir)]
+    inputs = [os.path.join(FIXTURES, n) for n in GATED] + [
+        eck_with_unique_provider(workdir), deployment_with_init_container(workdir)]
     failed = 0
     for path in inputs:
         name = os.path.basename(path)

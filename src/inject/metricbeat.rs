@@ -50,6 +50,14 @@ pub fn convert(
 ) -> Result<Converted, String> {
     let leader_map = config_map_name(workload);
     let source = find_config(docs, workload, container)?;
+    if let Source::ConfigMap { doc, .. } = &source
+        && let Some(other) = sharing(docs, workload, *doc)
+    {
+        return Err(format!(
+            "its Metricbeat configuration's ConfigMap {} is also mounted by {other}: converting it for one would change the other; give each workload a ConfigMap of its own, or gate both in one run by hand",
+            docs[*doc].at_str_path(&["metadata", "name"]).unwrap_or("?")
+        ));
+    }
     let mut config = source.load(docs).unwrap_or_default();
     let mut notes = Vec::new();
     let mut leader_cm = None;
@@ -109,9 +117,10 @@ pub fn convert(
     let (dir, pattern) = path
         .rsplit_once('/')
         .ok_or_else(|| format!("metricbeat.config.modules path {path:?} has no directory"))?;
-    if !pattern.ends_with(".yml") && pattern != "*" {
+    if !pattern.ends_with(".yml") {
+        // `*` would also load the file gate's half-written temporary copy.
         return Err(format!(
-            "metricbeat.config.modules path {path:?} does not load *.yml files"
+            "metricbeat.config.modules path {path:?} does not end in .yml: make it *.yml, so Metricbeat never loads the file gate's temporary copy"
         ));
     }
     let (parent, base) = dir
@@ -139,11 +148,16 @@ pub fn convert(
         );
         set_dotted(modules_cfg, &["reload", "enabled"], Node::Bool(true));
     }
-    let reload_period = match modules_cfg
-        .dotted(&["reload", "period"])
-        .and_then(Node::as_str)
-    {
-        Some(text) => parse_duration(text).map_err(|e| format!("reload.period: {e}"))?,
+    let reload_period = match modules_cfg.dotted(&["reload", "period"]) {
+        Some(Node::Str(text)) => parse_duration(text).map_err(|e| format!("reload.period: {e}"))?,
+        // A bare number is seconds, to Beats as to leader-gate.
+        Some(number @ (Node::Int(_) | Node::Uint(_))) => {
+            Duration::from_secs(number.as_u64().ok_or("reload.period is negative")?)
+        }
+        Some(Node::Float(f)) => {
+            Duration::try_from_secs_f64(*f).map_err(|e| format!("reload.period: {e}"))?
+        }
+        Some(_) => return Err("reload.period is not a duration".to_owned()),
         None => {
             set_dotted(
                 modules_cfg,
@@ -171,6 +185,26 @@ pub fn convert(
         reload_period,
         notes,
     })
+}
+
+/// Another workload of the stream that mounts the ConfigMap at `doc`.
+fn sharing(docs: &[Node], workload: &Workload, doc: usize) -> Option<String> {
+    let name = docs[doc].at_str_path(&["metadata", "name"])?;
+    super::workload::find(docs)
+        .into_iter()
+        .filter(|w| {
+            (&w.kind, &w.name) != (&workload.kind, &workload.name)
+                && w.namespace == workload.namespace
+        })
+        .find(|w| {
+            w.pod_spec(docs).is_some_and(|pod| {
+                pod.seq("volumes")
+                    .iter()
+                    .filter_map(Node::as_map)
+                    .any(|v| v.at_str(&["configMap", "name"]) == Some(name))
+            })
+        })
+        .map(|w| w.label())
 }
 
 /// Where a Metricbeat's configuration is written.

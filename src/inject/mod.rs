@@ -87,7 +87,7 @@ pub struct InjectArgs {
     /// listener, 127.0.0.1) and the next (admin), the second the two after,
     /// and so on. Pick a base that no other hostNetwork workload on those
     /// nodes uses (another stream's inject: a base 2 higher per workload).
-    #[arg(long, default_value_t = 4040, value_name = "PORT")]
+    #[arg(long, default_value_t = 4040, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     pub host_port_base: u16,
 
     #[command(flatten)]
@@ -249,6 +249,25 @@ pub fn inject(docs: &mut Vec<Node>, args: &InjectArgs) -> Result<Vec<String>, St
         let mut w_notes = gate_one(docs, w, args, &mut host_ports).map_err(said)?;
         notes.extend(w_notes.drain(..).map(|n| format!("{}: {n}", w.label())));
     }
+    // What it wrote, held to what `--check` holds a hand-made setup to
+    // (every flag as start-up validates it): a pod that would not work is
+    // never written.
+    let labels: Vec<String> = chosen.iter().map(Workload::label).collect();
+    let broken: Vec<String> = check::check_stream(docs)
+        .into_iter()
+        .filter(|f| {
+            labels.iter().any(|l| {
+                f.strip_prefix(l.as_str())
+                    .is_some_and(|r| r.starts_with([':', ' ']))
+            })
+        })
+        .collect();
+    if !broken.is_empty() {
+        return Err(format!(
+            "the setup it would write does not pass its own check, so it writes nothing:\n  {}",
+            broken.join("\n  ")
+        ));
+    }
     Ok(notes)
 }
 
@@ -308,22 +327,39 @@ fn gate_one(
         }
         _ => (None, None),
     };
+    // Under hostNetwork every port is the node's: the sidecar's two, and
+    // the leader-only collector's metrics port, from --host-port-base on.
+    let mut take_port = || -> Result<u16, String> {
+        let port = *host_ports;
+        *host_ports = port.checked_add(1).ok_or_else(|| {
+            format!(
+                "--host-port-base {} leaves no node port for this workload (ports above it run out at 65535)",
+                args.host_port_base
+            )
+        })?;
+        Ok(port)
+    };
+    let ports = match host_network {
+        true => Some((take_port()?, take_port()?)),
+        false => None,
+    };
+    let metrics_port = match (second_collector, host_network) {
+        (true, true) => take_port()?,
+        _ => second::LEADER_METRICS_PORT,
+    };
+    if let Some((listen, admin)) = ports {
+        notes.push(format!(
+            "hostNetwork: the sidecar listens on the node's 127.0.0.1:{listen} and 0.0.0.0:{admin}{}; another hostNetwork workload gated on these nodes needs other ports (--host-port-base)",
+            if second_collector { format!(", the leader-only collector's metrics on {metrics_port}") } else { String::new() }
+        ));
+    }
     let at = if second_collector {
-        let (second, said) = second::add(docs, w, at)?;
+        let (second, said) = second::add(docs, w, at, metrics_port)?;
         notes.extend(said);
         second
     } else {
         at
     };
-    let ports = host_network.then(|| {
-        let ports = (*host_ports, *host_ports + 1);
-        *host_ports += 2;
-        notes.push(format!(
-            "hostNetwork: the sidecar listens on the node's 127.0.0.1:{} and 0.0.0.0:{}; another hostNetwork workload gated on these nodes needs other ports (--host-port-base)",
-            ports.0, ports.1
-        ));
-        ports
-    });
     let plan = Plan {
         gate,
         lease: args

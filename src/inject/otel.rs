@@ -262,6 +262,9 @@ fn extension_ids(root: &Map) -> BTreeSet<String> {
 /// The leader-only collector's configuration: the cluster receivers, the
 /// pipelines they feed (with only them as receivers) and what those
 /// pipelines and components use.
+/// Exporters that listen rather than push, by type.
+const LISTENING_EXPORTERS: &[&str] = &["prometheus"];
+
 fn leader_config(
     root: &Map,
     fed: &[&Pipeline],
@@ -283,6 +286,17 @@ fn leader_config(
         .collect();
     retain_section(&mut leader, "processors", |k| processors.contains(k));
     retain_section(&mut leader, "exporters", |k| exporters.contains(k));
+    // An exporter that listens (Prometheus' pull endpoint) would bind, in
+    // the same pod network, the address the node collector already holds:
+    // the copy could not start, and the cluster receivers would run nowhere.
+    if let Some(id) = exporters
+        .iter()
+        .find(|id| LISTENING_EXPORTERS.contains(&id.split('/').next().unwrap_or(id)))
+    {
+        return Err(format!(
+            "the cluster receivers' pipeline exports to {id}, which listens on a port the node collector in the same pod holds: give the cluster pipeline an exporter that pushes (otlp, prometheusremotewrite), then run inject again"
+        ));
+    }
 
     // The receivers' own election goes: under leader-gate only the leader
     // runs this collector, and a second election on another Lease could
@@ -870,5 +884,17 @@ service:
 ";
         let err = split(config, PORT).unwrap_err();
         assert!(err.contains("file_storage"), "{err}");
+    }
+
+    #[test]
+    fn a_cluster_pipeline_exporting_to_a_listening_exporter_is_refused() {
+        let config = "receivers: {otlp: {}, k8s_cluster: {}}\n\
+                      exporters: {prometheus: {endpoint: '0.0.0.0:8889'}, debug: {}}\n\
+                      service: {pipelines: {metrics: {receivers: [otlp, k8s_cluster], exporters: [prometheus]}, traces: {receivers: [otlp], exporters: [debug]}}}\n";
+        let error = split(config, 18888).unwrap_err();
+        assert!(
+            error.contains("exports to prometheus, which listens"),
+            "{error}"
+        );
     }
 }

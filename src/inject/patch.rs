@@ -12,8 +12,11 @@ use std::path::{Component, Path, PathBuf};
 
 use super::yaml::{Map, Node, write_one, write_stream};
 
+/// What identifies an object in a stream: apiVersion, kind, name, namespace.
+type Identity = (String, String, String, String);
+
 /// What identifies an object in a stream.
-fn identity(doc: &Node) -> Option<(String, String, String, String)> {
+fn identity(doc: &Node) -> Option<Identity> {
     let m = doc.as_map()?;
     Some((
         m.str("apiVersion").unwrap_or("").to_owned(),
@@ -112,19 +115,70 @@ fn merge_list(old: &[Node], new: &[Node], key: &str, smp: bool) -> Node {
     Node::Seq(out)
 }
 
+/// Moves every `initContainers` list out of `patch`, returning it whole
+/// from `doc` with its JSON pointer.
+fn take_init_containers(
+    patch: &mut Map,
+    doc: &Node,
+    path: &mut Vec<String>,
+    out: &mut Vec<(String, Node)>,
+) {
+    if patch.remove("initContainers").is_some() {
+        let keys: Vec<&str> = path.iter().map(String::as_str).collect();
+        if let Some(list) = doc.at(&keys).and_then(|m| m.get("initContainers")) {
+            let pointer: String = path.iter().map(|k| format!("/{k}")).collect();
+            out.push((format!("{pointer}/initContainers"), list.clone()));
+        }
+    }
+    for (key, value) in &mut patch.0 {
+        if let Node::Map(inner) = value {
+            path.push(key.clone());
+            take_init_containers(inner, doc, path, out);
+            path.pop();
+        }
+    }
+}
+
 /// The files of DIR: (name, text), `input` being the input file's path
 /// as the kustomization names it.
 pub fn files(original: &[Node], gated: &[Node], input: &str) -> Vec<(String, String)> {
     let mut added = Vec::new();
     let mut patches = Vec::new();
+    let mut json_patches: Vec<(String, String, Identity)> = Vec::new();
     for doc in gated {
         let Some(id) = identity(doc) else { continue };
         match original.iter().find(|o| identity(o).as_ref() == Some(&id)) {
             None => added.push(doc.clone()),
             Some(was) => {
-                let Some(Node::Map(mut patch)) = diff(was, doc, "", built_in(&id.0)) else {
+                let smp = built_in(&id.0);
+                let Some(Node::Map(mut patch)) = diff(was, doc, "", smp) else {
                     continue;
                 };
+                // Init containers run in their order, which a strategic-merge
+                // patch does not keep (kustomize puts added ones first): the
+                // whole list goes in a JSON patch of its own.
+                let mut orders = Vec::new();
+                if smp {
+                    take_init_containers(&mut patch, doc, &mut Vec::new(), &mut orders);
+                }
+                if !orders.is_empty() {
+                    let file = format!(
+                        "leader-gate-patch-{}-{}-init.yaml",
+                        id.1.to_lowercase(),
+                        id.2
+                    );
+                    let ops: Vec<Node> = orders
+                        .into_iter()
+                        .map(|(pointer, list)| {
+                            let mut op = Map::default();
+                            op.insert("op", Node::str("add"));
+                            op.insert("path", Node::str(pointer));
+                            op.insert("value", list);
+                            Node::Map(op)
+                        })
+                        .collect();
+                    json_patches.push((file, write_one(&Node::Seq(ops)), id.clone()));
+                }
                 // The patch names its target.
                 let mut head = Map::default();
                 head.insert("apiVersion", Node::str(&id.0));
@@ -161,10 +215,19 @@ pub fn files(original: &[Node], gated: &[Node], input: &str) -> Vec<(String, Str
     if !added.is_empty() {
         kustomization.push_str("  - leader-gate.yaml\n");
     }
-    if !patches.is_empty() {
+    if !patches.is_empty() || !json_patches.is_empty() {
         kustomization.push_str("patches:\n");
         for (file, _) in &patches {
             kustomization.push_str(&format!("  - path: {file}\n"));
+        }
+        for (file, _, (api, kind, name, namespace)) in &json_patches {
+            let (group, version) = api.rsplit_once('/').unwrap_or(("", api));
+            kustomization.push_str(&format!(
+                "  - path: {file}\n    target: {{group: {}, version: {version}, kind: {kind}, name: {}{}}}\n",
+                super::pod::q(group),
+                super::pod::q(name),
+                if namespace.is_empty() { String::new() } else { format!(", namespace: {}", super::pod::q(namespace)) }
+            ));
         }
     }
     let mut out = vec![("kustomization.yaml".to_owned(), kustomization)];
@@ -172,6 +235,7 @@ pub fn files(original: &[Node], gated: &[Node], input: &str) -> Vec<(String, Str
         out.push(("leader-gate.yaml".to_owned(), write_stream(&added)));
     }
     out.extend(patches);
+    out.extend(json_patches.into_iter().map(|(file, text, _)| (file, text)));
     out
 }
 

@@ -86,6 +86,8 @@ impl Timings {
         match (gate, reload_period) {
             (GateKind::File, Some(reload)) => {
                 // Metricbeat's reload.period 10 s: 30 s / 15 s / 3 s, gate lag 12 s.
+                // Whole seconds: the Lease stores its duration in seconds.
+                let reload = s(reload.as_secs() + u64::from(reload.subsec_nanos() > 0));
                 let gate_lag = reload + s(2);
                 let margin = (gate_lag + s(3)).max(s(5));
                 let renew = margin;
@@ -138,6 +140,16 @@ mod tests {
                 t.hook_timeout
             ),
             (s(30), s(15), s(3), s(12), s(17), s(15))
+        );
+    }
+
+    #[test]
+    fn a_fractional_reload_period_still_gives_whole_second_lease_timings() {
+        let t = Timings::for_gate(GateKind::File, Some(Duration::from_millis(2300)));
+        let s = Duration::from_secs;
+        assert_eq!(
+            (t.lease_duration, t.renew_deadline, t.gate_lag),
+            (s(16), s(8), s(5))
         );
     }
 

@@ -44,6 +44,12 @@ fn security(user: u64) -> String {
     )
 }
 
+/// A name as a YAML scalar that stays a string whatever it spells (`null`,
+/// `on`, `1234`): JSON's quoting, which YAML reads alike.
+pub fn q(text: &str) -> String {
+    serde_json::to_string(text).expect("a string serializes")
+}
+
 fn parse(text: &str) -> Node {
     read_one(text).unwrap_or_else(|e| panic!("inject's own template is YAML: {e}\n{text}"))
 }
@@ -113,7 +119,7 @@ volumeMounts: [{{name: {VOL_BIN}, mountPath: {BIN_DIR}}}]
 resources: {{requests: {{cpu: 10m, memory: 8Mi}}, limits: {{cpu: 100m, memory: 32Mi}}}}
 securityContext: {sec}
 ",
-        image = plan.image,
+        image = q(&plan.image),
         sec = security(65532),
     ))
 }
@@ -139,7 +145,7 @@ volumeMounts:
   - {{name: {VOL_SOCKET}, mountPath: {SOCKET_DIR}}}
 securityContext: {sec}
 ",
-        image = plan.image,
+        image = q(&plan.image),
         args = yaml_list(&serve_args(plan)),
         sec = security(65532),
         // `$(POD_IP)` in --collector-health-url: the kubelet expands it.
@@ -165,8 +171,8 @@ volumeMounts:
 resources: {{requests: {{cpu: 5m, memory: 8Mi}}, limits: {{cpu: 100m, memory: 32Mi}}}}
 securityContext: {sec}
 ",
-        image = plan.image,
-        lease = plan.lease,
+        image = q(&plan.image),
+        lease = q(&plan.lease),
         sec = security(user),
     ))
 }
@@ -176,7 +182,7 @@ fn prestop_hook(plan: &Plan) -> Node {
         "exec:
   command: [{BIN}, prestop, --log-format=json, '--url=unix:{SOCKET}', --lease, {lease}, --timeout={timeout}, --drain=0s]
 ",
-        lease = plan.lease,
+        lease = q(&plan.lease),
         timeout = h(plan.timings.hook_timeout),
     ))
 }
@@ -374,7 +380,7 @@ pub fn gate(
                 "name",
                 parse(&format!(
                     "{{name: {VOL_SOURCE}, configMap: {{name: {}, defaultMode: 0444}}}}",
-                    file.config_map
+                    q(&file.config_map)
                 )),
             );
             upsert(

@@ -3,6 +3,7 @@
 //! can limit, for the first start) and on Events (`--record-events`), and a
 //! RoleBinding. A ServiceAccount is written only when the pod names none.
 
+use super::pod::q;
 use super::yaml::{Map, Node, read_one};
 
 /// The Role's and the RoleBinding's name.
@@ -18,7 +19,9 @@ pub fn objects(
     lease: &str,
     new_account: bool,
 ) -> Vec<Node> {
-    let role = name(workload);
+    // Quoted: a namespace `null` or a Lease `1234` stays a string.
+    let role = q(&name(workload));
+    let (namespace, account, lease) = (q(namespace), q(account), q(lease));
     let mut out = Vec::new();
     if new_account {
         out.push(doc(&format!(
@@ -76,6 +79,9 @@ pub fn upsert(docs: &mut Vec<Node>, object: Node) {
     };
     let wanted = key(&object);
     match docs.iter().position(|d| key(d) == wanted) {
+        // A ServiceAccount of that name is someone's (its annotations,
+        // imagePullSecrets): kept as it is.
+        Some(_) if wanted.as_ref().is_some_and(|k| k.0 == "ServiceAccount") => {}
         Some(at) => docs[at] = object,
         None => docs.push(object),
     }

@@ -13,7 +13,8 @@ use super::yaml::{Map, Node};
 pub const CONFIG_DIR: &str = "/etc/leader-gate/collector";
 pub const VOL_CONFIG: &str = "leader-gate-collector-config";
 /// The leader-only collector's own metrics port: the collector's 8888 is
-/// taken in the pod's network namespace.
+/// taken in the pod's network namespace (under hostNetwork the port comes
+/// from `--host-port-base` instead).
 pub const LEADER_METRICS_PORT: u16 = 18888;
 
 /// Where a collector container's `--config` comes from.
@@ -100,6 +101,7 @@ pub fn add(
     docs: &mut Vec<Node>,
     w: &Workload,
     collector: usize,
+    metrics_port: u16,
 ) -> Result<(usize, Vec<String>), String> {
     let pod = w.pod_spec(docs).ok_or("no pod spec")?;
     let container = pod.seq("containers")[collector]
@@ -121,7 +123,7 @@ pub fn add(
         .to_owned();
     let leader_map = format!("{}{SUFFIX}", w.name);
     let mut notes = Vec::new();
-    match otel::split(&text, LEADER_METRICS_PORT)? {
+    match otel::split(&text, metrics_port)? {
         Some(split) => {
             notes.push(format!(
                 "the cluster receivers run in container {name}{SUFFIX}, on the leader only, from ConfigMap {leader_map}; the node work stays in {name} on every pod"

@@ -184,6 +184,11 @@ impl Node {
         }
     }
 
+    /// The string at the end of `path` (keys through mappings).
+    pub fn at_str_path(&self, path: &[&str]) -> Option<&str> {
+        self.as_map()?.at_str(path)
+    }
+
     /// The mapping at the end of `path` (keys), if every step is one.
     pub fn at(&self, path: &[&str]) -> Option<&Map> {
         let mut map = self.as_map()?;

@@ -525,3 +525,98 @@ fn a_service_account_the_input_does_not_define_is_said() {
     assert_eq!(code, 0, "{err}");
     assert!(!err.contains("is not in this input"), "{err}");
 }
+
+/// Elastic's manifest with `old` replaced by `new` (once, asserted).
+fn elastic_with(old: &str, new: &str) -> String {
+    let text = fixture("elastic-beats-metricbeat-kubernetes.yaml");
+    assert!(text.contains(old), "{old:?} not in the fixture");
+    text.replacen(old, new, 1)
+}
+
+#[test]
+fn a_fractional_reload_period_gives_whole_second_lease_timings_that_pass_the_check() {
+    let input = elastic_with(
+        "reload.enabled: false",
+        "reload.enabled: true\n      reload.period: 2300ms",
+    );
+    let (code, out, err) = inject(&input, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("--lease-duration=16s"), "whole seconds: {err}");
+    assert_eq!(check(&out), (0, String::new()));
+}
+
+#[test]
+fn names_that_yaml_would_read_as_null_or_numbers_stay_strings() {
+    let input = fixture("elastic-beats-metricbeat-kubernetes.yaml")
+        .replace("namespace: kube-system", "namespace: \"null\"");
+    let (code, out, err) = inject(&input, &["--lease", "1234"]);
+    assert_eq!(code, 0, "{err}");
+    let docs = read_stream(&out).unwrap();
+    let role = find(&docs, "Role", "metricbeat-leader-gate");
+    assert_eq!(role.at_str(&["metadata", "namespace"]), Some("null"));
+    assert_eq!(
+        role.seq("rules")[0].as_map().unwrap().seq("resourceNames"),
+        [Node::str("1234")]
+    );
+    let (again, twice, _) = inject(&out, &["--lease", "1234"]);
+    assert_eq!((again, twice == out), (0, true));
+}
+
+#[test]
+fn a_service_account_of_the_workloads_name_is_kept_as_it_is() {
+    // The pod names no account; one named after the workload exists, with
+    // an annotation inject must not drop.
+    let input = elastic_with("      serviceAccountName: metricbeat\n", "")
+        .replace("name: metricbeat\n  namespace: kube-system\n  labels:\n    k8s-app: metricbeat\n---", "name: metricbeat\n  namespace: kube-system\n  annotations:\n    eks.amazonaws.com/role-arn: arn:aws:iam::1:role/x\n  labels:\n    k8s-app: metricbeat\n---");
+    assert!(input.contains("role-arn"));
+    let (code, out, err) = inject(&input, &[]);
+    assert_eq!(code, 0, "{err}");
+    let docs = read_stream(&out).unwrap();
+    let account = find(&docs, "ServiceAccount", "metricbeat");
+    assert!(
+        account
+            .at_str(&["metadata", "annotations", "eks.amazonaws.com/role-arn"])
+            .is_some(),
+        "{account:?}"
+    );
+}
+
+#[test]
+fn what_would_break_is_refused_naming_why() {
+    for (input, args, says) in [
+        // `*` would load the file gate's temporary copy too.
+        (
+            elastic_with("modules.d/*.yml", "modules.d/*"),
+            vec![],
+            "does not end in .yml",
+        ),
+        (
+            fixture("elastic-beats-metricbeat-kubernetes.yaml"),
+            vec!["--host-port-base", "65535"],
+            "leaves no node port",
+        ),
+    ] {
+        let (code, out, err) = inject(&input, &args);
+        assert_eq!((code, out.is_empty()), (1, true), "{err}");
+        assert!(err.contains(says), "{says}: {err}");
+    }
+    // Two DaemonSets reading one ConfigMap: converting it for one changes the other.
+    let one = fixture("elastic-beats-metricbeat-kubernetes.yaml");
+    let ds: Vec<Node> = read_stream(&one)
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.as_map().and_then(|m| m.str("kind")) == Some("DaemonSet"))
+        .map(|mut d| {
+            d.at_mut(&["metadata"])
+                .unwrap()
+                .insert("name", Node::str("mb2"));
+            d
+        })
+        .collect();
+    let (code, _, err) = inject(
+        &format!("{one}\n{}", write_stream(&ds)),
+        &["--workload", "DaemonSet/metricbeat"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is also mounted by DaemonSet/mb2"), "{err}");
+}
