@@ -4,14 +4,17 @@
 # Kubernetes schemas (kubernetes-validate, PyPI, strict, for the newest
 # version it ships and 1.29, the oldest with native sidecars), Helm values
 # against the chart keys listed there, and leader-gate's wiring in each
-# recipe (scripts/check_recipes.py, which runs every leader-gate command line
-# with the real binary). Then shows that the check can fail: a copy of
+# recipe (scripts/check_recipes.py, which hands each recipe's stream, the
+# chart's values as the workload the chart renders from them, to
+# `leader-gate inject --check`). Then shows that the check can fail: a copy of
 # examples/ with a misspelt Beat field and an unknown chart key must be
 # refused with both named, one whose file gate writes as another user
-# than Metricbeat must be refused for strict.perms, and one with gates off
+# than Metricbeat must be refused for strict.perms, one with gates off
 # the gate socket (a gate on TCP, a gate without the socket's volume, a
-# socket outside an emptyDir) must be refused with each named. Installs the
-# pinned PyPI packages if missing.
+# socket outside an emptyDir) must be refused with each named, and one
+# whose only fault is wiring (the ECK sidecar's --gate-lag above its
+# margin, which only inject --check knows) must be refused for it alone.
+# Installs the pinned PyPI packages if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -89,9 +92,9 @@ if python3 scripts/check_recipes.py "$work/socket" "$binary" "${KUBERNETES_VERSI
     echo "FAIL check_recipes.py accepted gates off the gate socket"
     exit 1
 fi
-for expected in 'eck: Beat/metricbeat daemonSet container file-gate: `file-gate` names no --url or LEADER_GATE_URL' \
+for expected in 'eck: Beat/metricbeat container file-gate: `file-gate` is on TCP (http://127.0.0.1:4040), which the sidecar refuses beside --gate-socket' \
     "opentelemetry-operator: OpenTelemetryCollector/otel-agent container cluster-collector: does not mount the gate socket's volume gate-socket" \
-    "opentelemetry-collector-chart: values.yaml container leader-gate: --gate-socket /tmp/gate.sock is not in an emptyDir"; do
+    "opentelemetry-collector-chart: values.yaml as the chart renders it: DaemonSet/opentelemetry-collector container leader-gate: --gate-socket /tmp/gate.sock is not in an emptyDir"; do
     if ! grep -qF "$expected" "$work/out"; then
         echo "FAIL check_recipes.py did not report: $expected"
         cat "$work/out"
@@ -103,4 +106,23 @@ if [ "$(grep -c '^FAIL' "$work/out")" -ne 3 ]; then
     cat "$work/out"
     exit 1
 fi
-echo "check-recipes: broken copies are refused (misspelt Beat field, unknown chart key, strict.perms, a gate on TCP, a gate without the socket's volume, a socket outside an emptyDir)"
+# And a fault of the wiring alone, which no schema and no policy here sees:
+# the ECK sidecar's --gate-lag above its margin (30s - 15s), on which
+# `leader-gate serve` would exit 64 in every pod.
+cp -r examples "$work/wiring"
+python3 - "$work/wiring/eck/metricbeat.yaml" <<'PY'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+old = "              - --lease-duration=30s\n              - --renew-deadline=15s\n              - --retry-period=3s\n              - --gate-lag=12s\n"
+assert text.count(old) == 1, "the ECK recipe's timings changed: update this test"
+open(path, "w").write(text.replace(old, old.replace("--gate-lag=12s", "--gate-lag=16s")))
+PY
+expected='eck: Beat/metricbeat container leader-gate: `leader-gate serve` refuses its flags and would exit 64: invalid --gate-lag: must be less than the margin --lease-duration - --renew-deadline (16s >= 15s)'
+if python3 scripts/check_recipes.py "$work/wiring" "$binary" "${KUBERNETES_VERSIONS[0]}" >"$work/out" 2>&1 \
+    || ! grep -qF "FAIL $expected" "$work/out" || [ "$(grep -c '^FAIL' "$work/out")" -ne 1 ]; then
+    echo "FAIL check_recipes.py did not refuse the --gate-lag above the margin (alone): $expected"
+    cat "$work/out"
+    exit 1
+fi
+echo "check-recipes: broken copies are refused (misspelt Beat field, unknown chart key, strict.perms, a gate on TCP, a gate without the socket's volume, a socket outside an emptyDir, a --gate-lag above the margin)"

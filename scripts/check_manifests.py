@@ -27,69 +27,27 @@ ships:
   shipped EndpointSlice `<service>-leader` labelled for it with the same
   port names, the pod IP from the downward API, no `create` on slices.
 
-The helpers below that no rule here uses any more (run_binary,
-check_gate_socket, check_exec_grace) serve scripts/check_recipes.py.
+scripts/check_recipes.py uses the command-line helpers (gate_argv, flags,
+lease_names) and check_rbac_needed for the same policy in examples/.
 """
 
 import fnmatch
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import yaml
 
 IMAGE = "ghcr.io/leader-gate/leader-gate:0.1.0"
 IMAGE_REPO = IMAGE.rsplit(":", 1)[0]
 USER = 65532
-SUBCOMMANDS = {"serve", "file-gate", "exec", "install", "status", "wait", "watch", "prestop"}
-# Slack that terminationGracePeriodSeconds keeps beyond the shutdown sequence.
-GRACE_SLACK = 5
-# How far `exec --grace` must stay below the gate lag and below the margin
-# (docs/gates.md "wrap"). On a graceful hand-over the sidecar releases the
-# Lease one gate lag after it stepped down; `exec` SIGKILLs a collector that
-# ignores SIGTERM --grace after it heard of the step-down. A grace equal to
-# the gate lag sends the SIGKILL a fraction of a millisecond before the
-# release, so the peer's collector may start while this one still runs:
-# this second pays for the news reaching `exec`, the kill and the reaping on
-# a throttled CPU. The same holds against the margin when the sidecar dies.
-GRACE_HEADROOM = 1.0
 
 findings = []
 
 
-def default_gate_lag(lease, renew):
-    """`--gate-lag` when not given, as src/serve/config.rs default_gate_lag: 80% of
-    the margin."""
-    return (lease - renew) * 4 / 5
-
-
-def check_exec_grace(gate, sidecar, grace, lag, margin):
-    """An `exec` gate's --grace is GRACE_HEADROOM below the gate lag and the margin."""
-    if grace > margin - GRACE_HEADROOM:
-        bad(gate, f"--grace {grace:g}s is not {GRACE_HEADROOM:g}s below the margin {margin:g}s "
-                  "(lease duration - renew deadline): a collector that ignores SIGTERM may outlive it")
-    if grace > lag - GRACE_HEADROOM:
-        bad(sidecar, f"--gate-lag {lag:g}s is not {GRACE_HEADROOM:g}s above the exec gate's --grace {grace:g}s: "
-                     "the release may go out before the SIGKILL (lower --grace, or raise --gate-lag within the margin)")
-
-
 def bad(where, message):
     findings.append(f"{where}: {message}")
-
-
-def seconds(text):
-    """leader-gate's duration syntax: 1500ms, 1m30s, 4s, or bare seconds."""
-    text = str(text)
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"not a duration: {text}")
-    return sum(float(n) * units[u] for n, u in parts)
 
 
 def flags(args):
@@ -365,68 +323,6 @@ def check_wiring(binary, rendered):
     findings.extend(lines)
 
 
-# The subcommands that register as gates (/events?gate=ID) and acknowledge.
-GATE_SUBCOMMANDS = ("exec", "file-gate")
-
-
-def env_value(container, name):
-    """The literal `value` of an environment variable of a container, or None."""
-    for e in container.get("env") or []:
-        if e.get("name") == name and "value" in e:
-            return e["value"]
-    return None
-
-
-def mount_of(container, path):
-    """The volume mount of `container` whose directory holds `path` (the
-    longest mountPath that is `path` or a parent of it), or None."""
-    best = None
-    for m in container.get("volumeMounts") or []:
-        mount = m["mountPath"].rstrip("/") or "/"
-        if path == mount or path.startswith(mount.rstrip("/") + "/"):
-            if best is None or len(mount) > len(best["mountPath"].rstrip("/")):
-                best = m
-    return best
-
-
-def check_gate_socket(where, spec, serve, opts, gates):
-    """Gates register and acknowledge over the gate socket, pod-local by
-    construction whatever the pod's networking (under hostNetwork loopback is
-    every pod and process of the node): the sidecar's --gate-socket in an
-    emptyDir it mounts read-write, and every gate mounting that same volume at
-    the same path and naming `unix:<socket>` as its URL."""
-    gate_containers = [(c, a) for c, a in gates if a and a[0] in GATE_SUBCOMMANDS]
-    if not gate_containers:
-        return
-    cw = f"{where} container {serve['name']}"
-    socket = opts.get("gate-socket") or env_value(serve, "LEADER_GATE_GATE_SOCKET")
-    if not socket:
-        names = ", ".join(c["name"] for c, _ in gate_containers)
-        return bad(cw, f"no --gate-socket beside the gates ({names}): they would register over loopback TCP, which under hostNetwork is every pod and process of the node")
-    volumes = {v["name"]: v for v in spec.get("volumes") or []}
-    mount = mount_of(serve, socket)
-    volume = volumes.get(mount["name"]) if mount else None
-    if not volume or "emptyDir" not in volume:
-        return bad(cw, f"--gate-socket {socket} is not in an emptyDir mounted in this container: only a directory no other pod mounts keeps the socket pod-local")
-    if mount.get("readOnly"):
-        bad(cw, f"--gate-socket {socket}: its volume {mount['name']} is mounted readOnly, where the sidecar cannot create the socket")
-    for c, a in gate_containers:
-        gw = f"{where} container {c['name']}"
-        url = flags(a[1:]).get("url") or env_value(c, "LEADER_GATE_URL")
-        if url is None:
-            bad(gw, f"`{a[0]}` names no --url or LEADER_GATE_URL: it is on TCP (http://127.0.0.1:4040), which the sidecar refuses beside --gate-socket; give it unix:{socket}")
-        elif url not in (f"unix:{socket}", f"unix://{socket}"):
-            bad(gw, f"`{a[0]}` has the URL {url}, not the sidecar's gate socket unix:{socket}")
-        theirs = [
-            m for m in c.get("volumeMounts") or []
-            if m["name"] == mount["name"]
-            and m["mountPath"].rstrip("/") == mount["mountPath"].rstrip("/")
-            and m.get("subPath", "") == mount.get("subPath", "")
-        ]
-        if not theirs:
-            bad(gw, f"does not mount the gate socket's volume {mount['name']} at {mount['mountPath']}: it cannot reach unix:{socket}")
-
-
 def bound_roles(docs, namespace, service_account):
     """The Roles of `namespace` that its RoleBindings give this service account."""
     roles = {
@@ -564,114 +460,6 @@ def check_routing(docs, doc, serve, opts, namespace, sa):
         bad(where, f"service account {sa} lacks {sorted(missing)} on EndpointSlice {slice_name}")
     if "create" in granted:
         bad(where, f"service account {sa} may create EndpointSlices: the slice is shipped, and create cannot be limited to one name")
-
-
-def under_root(root, value):
-    """A socket path or a `unix:` URL moved under `root`, its directory
-    created; anything else as it is."""
-    prefix = "unix:" if value.startswith("unix:") else ""
-    path = value[len(prefix):]
-    if prefix:
-        path = "/" + path.lstrip("/")
-    if not path.startswith("/"):
-        return value
-    os.makedirs(os.path.dirname(root + path), exist_ok=True)
-    return prefix + root + path
-
-
-def run_binary(binary, where, container, argv, configmaps, volumes):
-    """Hands a container's leader-gate command line to the real binary."""
-    cw = f"{where} container {container['name']}"
-    root = tempfile.mkdtemp(prefix="check-manifests-")
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": root,
-        "KUBECONFIG": os.path.join(root, "no-kubeconfig"),
-        # Listeners on free loopback ports; the manifests set no --listen.
-        "LEADER_GATE_LISTEN": "127.0.0.1:0",
-        "LEADER_GATE_ADMIN_LISTEN": "127.0.0.1:0",
-        # A port where nothing answers: clients wait, they do not lead.
-        "LEADER_GATE_URL": "http://127.0.0.1:9",
-    }
-    # What the downward API would give the container, as the kubelet would.
-    stand_ins = {
-        "metadata.name": "pod-0",
-        "metadata.namespace": "monitoring",
-        "status.podIP": "10.244.0.10",
-        "spec.nodeName": "node-1",
-    }
-    for e in container.get("env", []):
-        field = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-        if field in stand_ins:
-            env[e["name"]] = stand_ins[field]
-    sub = argv[0]
-    args = list(argv)
-    # The gate socket and a gate's unix: URL, moved under the temporary root
-    # (the socket's directory created, as the emptyDir would be).
-    for name in ("LEADER_GATE_GATE_SOCKET", "LEADER_GATE_URL"):
-        value = env_value(container, name)
-        if value is not None:
-            env[name] = value
-    for i, a in enumerate(args):
-        if a == "--":
-            break
-        for prefix in ("--gate-socket=", "--url="):
-            if a.startswith(prefix):
-                args[i] = prefix + under_root(root, a[len(prefix):])
-        if a in ("--gate-socket", "--url") and i + 1 < len(args):
-            args[i + 1] = under_root(root, args[i + 1])
-    for name in ("LEADER_GATE_GATE_SOCKET", "LEADER_GATE_URL"):
-        if name in env:
-            env[name] = under_root(root, env[name])
-    try:
-        if sub == "serve":
-            expect, timeout = 78, 20
-        elif sub == "exec":
-            expect, timeout = 127, 20
-        elif sub == "prestop":
-            # No sidecar answers: it must give up at once, exit 0.
-            expect, timeout = 0, 5
-        elif sub == "install":
-            dest = positional(args)[0]
-            args = [a if a != dest else root + dest for a in args]
-            os.makedirs(os.path.dirname(root + dest), exist_ok=True)
-            expect, timeout = 0, 20
-        elif sub == "file-gate":
-            mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
-            rewritten = []
-            for a in args:
-                if a in positional(argv) and ":" in a:
-                    src, dst = a.split(":", 1)
-                    # SRC gets the ConfigMap's content, DST's directory exists.
-                    os.makedirs(os.path.dirname(root + src), exist_ok=True)
-                    os.makedirs(os.path.dirname(root + dst), exist_ok=True)
-                    cm = (volumes.get(mounts.get(os.path.dirname(src)), {}).get("configMap") or {}).get("name")
-                    with open(root + src, "w") as f:
-                        f.write(configmaps.get(cm, {}).get("data", {}).get(os.path.basename(src), ""))
-                    a = f"{root}{src}:{root}{dst}"
-                rewritten.append(a)
-            args = rewritten
-            expect, timeout = None, 2
-        else:
-            return
-        try:
-            result = subprocess.run(
-                [binary] + args, env=env, capture_output=True, text=True, timeout=timeout
-            )
-        except subprocess.TimeoutExpired:
-            if expect is not None:
-                bad(cw, f"`leader-gate {' '.join(argv)}` did not exit within {timeout}s")
-            return
-        if expect is None:
-            bad(cw, f"`leader-gate {' '.join(argv)}` exited {result.returncode}: {result.stderr.strip()[-300:]}")
-        elif result.returncode != expect:
-            bad(cw, f"`leader-gate {' '.join(argv)}` exited {result.returncode}, expected {expect}: {result.stderr.strip()[-300:]}")
-        elif sub == "install":
-            copy = subprocess.run([root + dest, "--version"], capture_output=True, text=True)
-            if copy.returncode != 0 or not copy.stdout.startswith("leader-gate "):
-                bad(cw, "the installed copy does not run")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def main():

@@ -22,20 +22,17 @@ line per finding and exits 1 if there is any. Per document:
   type; container, volume and mount lists are validated as Kubernetes
   objects with kubernetes-validate.
 
-Then, for every pod the recipes describe (a Beat's or Agent's pod template,
-an OpenTelemetryCollector, chart values): the leader-gate `serve` container's
---lease-name is a Lease shipped next to it, and the Roles bound to the pod's
-service account grant what the flags need on it and nothing more (no
-`create`: the Lease is shipped); every leader-gate command line is run by
-the real binary, as scripts/check_manifests.py does for manifests/; where a
-gate (`exec`, `file-gate`) runs beside the sidecar, the gate socket is wired
-as check_manifests.py requires (--gate-socket in a mounted emptyDir, every
-gate mounting that volume and naming `unix:<the socket>` as its URL), and
-an `exec` gate's --grace is at least 1 s below the sidecar's gate lag and
-margin (check_manifests.py's rule). For a
-Metricbeat Beat fed by the file gate: the modules glob takes the copy and
-not its temporary file, reload.period fits the timings, and the copy's
-owner and mode pass Metricbeat's strict.perms check.
+Then leader-gate in each recipe directory (a recipe and its RBAC): the
+directory's objects, with a chart's values as the workload the chart
+renders from them (chart_workload: no chart is rendered offline), go to
+`LEADER_GATE_BINARY inject --check` for the wiring (every command line as
+start-up validates it, native sidecars, timings, the gate socket, preStop
+hooks, the grants each Lease needs, Metricbeat's modules glob, reload period
+and strict.perms); each line it prints is a finding. What stays here is the
+project's policy for its recipes: the leader-gate `serve` container's
+Leases and service account are shipped beside it, and the Roles bound to
+that account grant nothing its flags do not use and no `create` on Leases
+(scripts/check_manifests.py's rule).
 """
 
 import copy
@@ -50,7 +47,7 @@ import kubernetes_validate
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import check_manifests  # noqa: E402  (role grants, RBAC needs, the binary runs)
+import check_manifests  # noqa: E402  (command lines, RBAC needs)
 
 findings = []
 
@@ -224,7 +221,7 @@ def check_prometheus_rules(where, path):
 # === leader-gate in the recipes ===
 
 
-def pods_of(doc, values_sa=None):
+def pods_of(doc):
     """(where, pod spec, service account) of the pods a document describes."""
     kind = doc.get("kind")
     name = f"{kind}/{(doc.get('metadata') or {}).get('name')}"
@@ -244,108 +241,88 @@ def pods_of(doc, values_sa=None):
         yield name, pod, spec.get("serviceAccount")
 
 
-def check_leader_gate(where, pod, sa, namespace, docs, binary):
+# The workload kind the opentelemetry-collector chart renders for each `mode`.
+CHART_KINDS = {"daemonset": "DaemonSet", "deployment": "Deployment", "statefulset": "StatefulSet"}
+
+
+def chart_workload(chart, values, namespace):
+    """The workload the chart renders from `values`, as far as leader-gate's
+    wiring sees it (no chart is rendered here: Helm and the chart are not
+    available offline). As the opentelemetry-collector chart's
+    templates/_pod.tpl lays the pod out: its collector container (the chart's
+    name, `/<command.name>` with its --config from the chart's ConfigMap
+    mounted at /conf, plus extraVolumeMounts) and then extraContainers,
+    initContainers as given, the ConfigMap's volume and then extraVolumes,
+    serviceAccount.name; the chart sets no terminationGracePeriodSeconds."""
+    image = values.get("image") or {}
+    collector = {
+        "name": chart,
+        "image": f"{image.get('repository')}:{image.get('tag', 'latest')}",
+        "args": ["--config=/conf/relay.yaml"],
+        "volumeMounts": [{"name": f"{chart}-configmap", "mountPath": "/conf"}]
+        + list(values.get("extraVolumeMounts") or []),
+    }
+    command = (values.get("command") or {}).get("name")
+    if command:
+        collector["command"] = [f"/{command}"]
+    labels = {"app.kubernetes.io/name": chart}
+    pod = {
+        "serviceAccountName": (values.get("serviceAccount") or {}).get("name") or chart,
+        "initContainers": list(values.get("initContainers") or []),
+        "containers": [collector] + list(values.get("extraContainers") or []),
+        "volumes": [{"name": f"{chart}-configmap", "configMap": {"name": chart}}]
+        + list(values.get("extraVolumes") or []),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": CHART_KINDS.get(values.get("mode"), "Deployment"),
+        "metadata": {"name": chart, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
+def check_wiring(where, binary, docs):
+    """`leader-gate inject --check` on a recipe's stream (its objects and its
+    RBAC): every command line as start-up validates it, native sidecars,
+    timings, the gate socket, preStop hooks, the grants each Lease needs,
+    Metricbeat's modules glob, reload period and strict.perms. Each line it
+    prints is a finding. Run with an empty environment, as any user's shell."""
+    stream = yaml.safe_dump_all(docs, sort_keys=False)
+    result = subprocess.run(
+        [binary, "inject", "--check", "-"], input=stream, env={}, capture_output=True, text=True, timeout=60
+    )
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    if result.returncode not in (0, 1) or (result.returncode == 1) != bool(lines):
+        return bad(where, f"leader-gate inject --check exited {result.returncode}: {result.stderr.strip()[-300:]}")
+    for line in lines:
+        bad(where, line)
+
+
+def check_policy(where, pod, sa, namespace, docs):
+    """The project's policy for a recipe's gated pod (its wiring is
+    check_wiring's): the service account and the Lease shipped beside the
+    recipe, and the Roles bound to the account granting nothing its flags do
+    not use, no `create` on Leases among it (check_manifests.py's rule)."""
     containers = pod.get("initContainers", []) + pod.get("containers", [])
-    gates = [(c, check_manifests.gate_argv(c)) for c in containers]
-    gates = [(c, argv) for c, argv in gates if argv]
-    serves = [(c, argv) for c, argv in gates if argv[0] == "serve"]
-    if gates and len(serves) != 1:
-        return bad(where, f"{len(serves)} leader-gate `serve` containers, expected 1")
-    volumes = {v["name"]: v for v in pod.get("volumes", [])}
-    configmaps = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ConfigMap"}
-    for c, argv in gates:
-        if argv[0] in ("serve", "file-gate") and (c not in pod.get("initContainers", []) or c.get("restartPolicy") != "Always"):
-            bad(f"{where} container {c['name']}", f"`{argv[0]}` is not a native sidecar (init container, restartPolicy Always)")
-        check_manifests.run_binary(binary, where, c, argv, configmaps, volumes)
-    if not serves:
-        return
+    gates = [check_manifests.gate_argv(c) for c in containers]
+    serves = [(c, argv) for c, argv in zip(containers, gates) if argv and argv[0] == "serve"]
+    if len(serves) != 1:
+        return  # inject --check says what is wrong.
     serve, argv = serves[0]
-    opts = check_manifests.flags(argv[1:])
-    check_manifests.check_gate_socket(where, pod, serve, opts, gates)
-    check_exec_grace(where, serve, opts, gates)
-    lease = opts.get("lease-name")
     if not sa:
         return bad(where, "no service account: the Roles cannot be checked")
-    if not any(d.get("kind") == "Lease" and d["metadata"]["name"] == lease
-               and d["metadata"].get("namespace") == namespace for d in docs):
-        bad(where, f"--lease-name {lease}: no such Lease shipped in namespace {namespace} beside the recipe")
+    leases = check_manifests.lease_names(argv[1:])
+    for lease in leases:
+        if not any(d.get("kind") == "Lease" and d["metadata"]["name"] == lease
+                   and d["metadata"].get("namespace") == namespace for d in docs):
+            bad(where, f"--lease-name {lease}: no such Lease shipped in namespace {namespace} beside the recipe")
     if not any(d.get("kind") == "ServiceAccount" and d["metadata"]["name"] == sa for d in docs):
         bad(where, f"service account {sa} is not shipped beside the recipe")
-    check_metricbeat_modules(where, pod, gates, opts, docs)
-    granted = check_manifests.role_grants(docs, namespace, sa, lease)
-    missing = {"get", "update", "list", "watch"} - granted
-    if missing:
-        bad(where, f"service account {sa} lacks {sorted(missing)} on Lease {lease}")
-    check_manifests.check_rbac_needed(docs, where, namespace, sa, opts, [lease], True, serve)
-
-
-def check_exec_grace(where, serve, opts, gates):
-    """check_manifests.py's rule for `exec --grace` against the sidecar's timings."""
-    duration = check_manifests.seconds(opts.get("lease-duration", "15s"))
-    deadline = check_manifests.seconds(opts.get("renew-deadline", "10s"))
-    if "gate-lag" in opts:
-        lag = check_manifests.seconds(opts["gate-lag"])
-    else:
-        lag = check_manifests.default_gate_lag(duration, deadline)
-    for c, argv in gates:
-        if argv[0] == "exec":
-            grace = check_manifests.seconds(check_manifests.flags(argv[1:]).get("grace", "3s"))
-            check_manifests.check_exec_grace(f"{where} container {c['name']}", f"{where} container {serve['name']}",
-                                             grace, lag, duration - deadline)
-
-
-# The image users: Metricbeat's image runs as `metricbeat` (1000), the
-# leader-gate image as 65532 (the Dockerfile's USER).
-IMAGE_USERS = {"metricbeat": 1000, "leader-gate": check_manifests.USER}
-
-
-def run_as(container, pod, default):
-    for sc in (container.get("securityContext") or {}, pod.get("securityContext") or {}):
-        if "runAsUser" in sc:
-            return sc["runAsUser"]
-    return default
-
-
-def check_metricbeat_modules(where, pod, gates, opts, docs):
-    """A Beat of type metricbeat fed by the file gate: the modules glob takes
-    the copy but not its temporary file, reload.period fits the timings, and
-    Metricbeat's strict.perms check accepts a copy the file gate owns."""
-    beats = [d for d in docs if d.get("kind") == "Beat" and (d.get("spec") or {}).get("type") == "metricbeat"]
-    file_gates = [(c, argv) for c, argv in gates if argv[0] == "file-gate"]
-    if not beats or not file_gates:
-        return
-    spec = beats[0]["spec"]
-    config = spec.get("config") or {}
-    modules = config.get("metricbeat.config.modules") or {}
-    pattern = modules.get("path", "")
-    duration = check_manifests.seconds(opts.get("lease-duration", "15s"))
-    deadline = check_manifests.seconds(opts.get("renew-deadline", "10s"))
-    margin = duration - deadline
-    lag = check_manifests.seconds(opts["gate-lag"]) if "gate-lag" in opts else 0.8 * margin
-    if modules.get("reload.enabled") is not True:
-        bad(where, "metricbeat.config.modules reload.enabled is not true: the file gate's copy would never be loaded or dropped")
-    period = check_manifests.seconds(modules.get("reload.period", "10s"))
-    if not (period < margin and period <= lag):
-        bad(where, f"reload.period {period}s must be below the margin {margin}s and at most --gate-lag {lag}s")
-    metricbeat = next((c for c in pod.get("containers", []) if c.get("name") == "metricbeat"), {})
-    mb_user = run_as(metricbeat, pod, IMAGE_USERS["metricbeat"])
-    relaxed = "-strict.perms=false" in (metricbeat.get("args") or []) + (metricbeat.get("command") or [])
-    for container, argv in file_gates:
-        gate_user = run_as(container, pod, IMAGE_USERS["leader-gate"])
-        mode = int(check_manifests.flags(argv[1:]).get("mode", "0644"), 8)
-        for mapping in check_manifests.positional(argv):
-            dst = mapping.split(":", 1)[1]
-            tmp = os.path.join(os.path.dirname(dst), f".{os.path.basename(dst)}.leader-gate.tmp")
-            if not check_manifests.glob_match(pattern, dst):
-                bad(where, f"modules glob {pattern!r} does not match the file gate's DST {dst}")
-            if check_manifests.glob_match(pattern, tmp):
-                bad(where, f"modules glob {pattern!r} matches the file gate's temporary file {tmp}")
-        if relaxed:
-            continue
-        if gate_user not in (0, mb_user):
-            bad(where, f"strict.perms: Metricbeat runs as uid {mb_user} and loads only module files owned by it or root, but the file gate {container['name']} writes as uid {gate_user} (docs/recipes.md \"The strict.perms trap\")")
-        if mode & 0o022:
-            bad(where, f"strict.perms: the file gate's --mode {oct(mode)} lets group or others write, which Metricbeat refuses")
+    opts = check_manifests.flags(argv[1:])
+    check_manifests.check_rbac_needed(docs, where, namespace, sa, opts, leases, True, serve)
 
 
 # === main ===
@@ -422,23 +399,26 @@ def main():
                 counted["builtin"] += 1
             by_dir.setdefault(directory, {"docs": [], "values": []})["docs"].append(doc)
 
-    # leader-gate's wiring, per recipe directory (a recipe and its RBAC).
+    # leader-gate in each recipe directory (a recipe and its RBAC): the
+    # wiring by `inject --check` on the directory's stream, the policy here.
     for directory, group in sorted(by_dir.items()):
+        rel = os.path.relpath(directory, examples)
         docs = [d for d in group["docs"] if isinstance(d.get("metadata"), dict)]
         for doc in docs:
             namespace = doc["metadata"].get("namespace", "default")
             for where, pod, sa in pods_of(doc):
-                check_leader_gate(f"{os.path.relpath(directory, examples)}: {where}", pod, sa, namespace, docs, binary)
+                check_policy(f"{rel}: {where}", pod, sa, namespace, docs)
+        workloads = []
+        chart = os.path.basename(directory)[: -len("-chart")]
         for values in group["values"]:
-            pod = {
-                "initContainers": values.get("initContainers", []),
-                "containers": values.get("extraContainers", []),
-                "volumes": values.get("extraVolumes", []),
-            }
             sa = (values.get("serviceAccount") or {}).get("name")
             namespaces = {d["metadata"].get("namespace") for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == sa}
             namespace = next(iter(namespaces), "default")
-            check_leader_gate(f"{os.path.relpath(directory, examples)}: values.yaml", pod, sa, namespace, docs, binary)
+            workload = chart_workload(chart, values, namespace)
+            workloads.append(workload)
+            check_policy(f"{rel}: values.yaml", workload["spec"]["template"]["spec"], sa, namespace, docs)
+        where = f"{rel}: values.yaml as the chart renders it" if workloads else rel
+        check_wiring(where, binary, docs + workloads)
 
     findings.extend(check_manifests.findings)
     for finding in findings:

@@ -401,3 +401,135 @@ fn garbage_is_a_finding_never_a_crash() {
         );
     }
 }
+
+/// An ECK `Beat` gated by hand: Metricbeat's configuration is the Beat's
+/// inline `spec.config`, Metricbeat (ECK's container named after the type)
+/// and the file gate both run as root (the pod's user).
+const ECK_BEAT: &str = "\
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: mb-leader, namespace: monitoring}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: mb-leader-gate, namespace: monitoring}
+rules:
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    resourceNames: [mb-leader]
+    verbs: [get, update, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: mb-leader-gate, namespace: monitoring}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: mb-leader-gate}
+subjects: [{kind: ServiceAccount, name: mb, namespace: monitoring}]
+---
+apiVersion: beat.k8s.elastic.co/v1beta1
+kind: Beat
+metadata: {name: metricbeat, namespace: monitoring}
+spec:
+  type: metricbeat
+  version: 8.15.0
+  config:
+    metricbeat.config.modules:
+      path: /usr/share/metricbeat/modules.d/*.yml
+      reload.enabled: true
+      reload.period: 3s
+  daemonSet:
+    podTemplate:
+      spec:
+        serviceAccountName: mb
+        securityContext: {runAsUser: 0}
+        initContainers:
+          - name: leader-gate
+            image: ghcr.io/leader-gate/leader-gate:0.1.0
+            restartPolicy: Always
+            args: [serve, --lease-name=mb-leader, --gate-socket=/run/leader-gate/gate.sock]
+            env:
+              - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+              - {name: POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+            securityContext: {runAsUser: 65532}
+            volumeMounts: [{name: gate-socket, mountPath: /run/leader-gate}]
+          - name: file-gate
+            image: ghcr.io/leader-gate/leader-gate:0.1.0
+            restartPolicy: Always
+            args: [file-gate, --url=unix:/run/leader-gate/gate.sock, /etc/leader-only/k.yml:/usr/share/metricbeat/modules.d/k.yml]
+            volumeMounts:
+              - {name: leader-only, mountPath: /etc/leader-only}
+              - {name: modules, mountPath: /usr/share/metricbeat/modules.d}
+              - {name: gate-socket, mountPath: /run/leader-gate}
+        containers:
+          - name: metricbeat
+            volumeMounts: [{name: modules, mountPath: /usr/share/metricbeat/modules.d}]
+        volumes:
+          - {name: gate-socket, emptyDir: {}}
+          - {name: leader-only, configMap: {name: mb-leader-only}}
+          - {name: modules, emptyDir: {}}
+";
+
+/// [`ECK_BEAT`] with `old` (there once) replaced by `new`: its findings.
+fn eck_beat_with(old: &str, new: &str) -> (i32, Vec<String>) {
+    assert_eq!(ECK_BEAT.matches(old).count(), 1, "{old:?}");
+    check(&ECK_BEAT.replacen(old, new, 1))
+}
+
+#[test]
+fn an_eck_beats_inline_config_is_held_to_the_modules_rules() {
+    assert_eq!(check(ECK_BEAT), (0, vec![]));
+    let (code, findings) = eck_beat_with("reload.period: 3s", "reload.period: 20s");
+    assert_eq!(code, 1);
+    assert_eq!(
+        findings,
+        [
+            "Beat/metricbeat container metricbeat: reload.period 20s (the Beat's spec.config) must be below the margin 5s and at most --gate-lag 4s: Metricbeat may run the module that long after leadership ended"
+        ]
+    );
+    let (code, findings) = eck_beat_with("modules.d/*.yml\n", "modules.d/*\n");
+    assert_eq!(code, 1);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert!(
+        findings[0].contains("(the Beat's spec.config) matches the file gate's temporary file"),
+        "{findings:#?}"
+    );
+}
+
+#[test]
+fn a_file_gate_writing_as_another_user_than_metricbeat_is_refused() {
+    // The strict.perms trap: root Metricbeat, the file gate as 65532.
+    let (code, findings) = eck_beat_with(
+        "args: [file-gate,",
+        "securityContext: {runAsUser: 65532}\n            args: [file-gate,",
+    );
+    assert_eq!(code, 1);
+    assert_eq!(
+        findings,
+        [
+            "Beat/metricbeat container metricbeat: strict.perms: Metricbeat runs as uid 0 and loads only module files owned by it or root, but the file gate file-gate writes its copy as uid 65532: the leader's module would be refused; run file-gate as uid 0, or start Metricbeat with -strict.perms=false"
+        ]
+    );
+    // Metricbeat told to skip the check: nothing to say.
+    let relaxed = ECK_BEAT
+        .replacen(
+            "args: [file-gate,",
+            "securityContext: {runAsUser: 65532}\n            args: [file-gate,",
+            1,
+        )
+        .replacen(
+            "          - name: metricbeat\n",
+            "          - name: metricbeat\n            args: [-strict.perms=false]\n",
+            1,
+        );
+    assert_eq!(check(&relaxed), (0, vec![]));
+}
+
+#[test]
+fn a_file_gate_mode_letting_others_write_is_refused() {
+    one_finding(
+        "metricbeat-daemonset.yaml",
+        "            - file-gate\n            - --log-format=json\n",
+        "            - file-gate\n            - --mode=0664\n            - --log-format=json\n",
+        "DaemonSet/metricbeat container metricbeat",
+        "strict.perms: the file gate file-gate's --mode 0664 lets group or others write the copy",
+    );
+}

@@ -3,7 +3,11 @@
 //! from a live-reloaded modules directory — the modules glob matching DST
 //! and never the gate's temporary `.NAME.leader-gate.tmp`, `reload.enabled`,
 //! and `reload.period` below the margin and at most the gate lag (Metricbeat
-//! may run a removed module that long after "not leading").
+//! may run a removed module that long after "not leading"). An ECK `Beat`'s
+//! configuration is its inline `spec.config`. Then Metricbeat's
+//! `strict.perms`: it loads a module file only if root or its own user owns
+//! it and neither group nor others may write it, so the file gate must
+//! write as one of those, with a --mode without group or other write.
 
 use super::Stream;
 use super::workload::{Container, Pod};
@@ -26,11 +30,24 @@ fn lookup<'a>(node: &'a Node, key: &str) -> Option<&'a Node> {
     })
 }
 
+/// The user Elastic's Metricbeat image runs as (`metricbeat`).
+const METRICBEAT_IMAGE_USER: u64 = 1000;
+/// The user leader-gate's image runs as (its Dockerfile's USER).
+const LEADER_GATE_IMAGE_USER: u64 = 65532;
+
+/// The file gate whose copy a Metricbeat reads.
+pub struct Gate<'a> {
+    pub container: &'a Container,
+    /// Its `--mode`.
+    pub mode: u32,
+}
+
 /// Checks the Metricbeat `reader` that sees a file gate's DST at `dst`.
 pub fn check(
     stream: &Stream<'_>,
     pod: &Pod,
     reader: &Container,
+    gate: &Gate<'_>,
     dst: &str,
     config: &ServeConfig,
     out: &mut Vec<String>,
@@ -47,30 +64,34 @@ pub fn check(
         .find_map(|name| {
             let cm = stream.config_map(&pod.namespace, name)?;
             let text = cm.map("data")?.str("metricbeat.yml")?.to_owned();
-            Some((name.to_owned(), text))
+            Some((format!("ConfigMap {name}"), text))
         });
-    let Some((cm, text)) = found else {
-        return; // Not Metricbeat, or its configuration is not in the stream.
-    };
-    let beat = match yaml::read_one(&text) {
-        Ok(beat) => beat,
-        Err(error) => {
-            out.push(format!(
-                "{at}: metricbeat.yml of ConfigMap {cm} is not YAML: {error}"
-            ));
-            return;
+    let beat = match (found, &pod.beat_config) {
+        (Some((cm, text)), _) => match yaml::read_one(&text) {
+            Ok(beat) => (cm, beat),
+            Err(error) => {
+                out.push(format!("{at}: metricbeat.yml of {cm} is not YAML: {error}"));
+                return;
+            }
+        },
+        // ECK's Beat: its container named after the type reads spec.config.
+        (None, Some((kind, config))) if kind == "metricbeat" && reader.name == *kind => {
+            ("the Beat's spec.config".to_owned(), config.clone())
         }
+        _ => return, // Not Metricbeat, or its configuration is not in the stream.
     };
+    let (cm, beat) = beat;
+    strict_perms(pod, reader, gate, out);
     let Some(pattern) = lookup(&beat, "metricbeat.config.modules.path").and_then(Node::as_str)
     else {
         out.push(format!(
-            "{at}: metricbeat.yml of ConfigMap {cm} sets no metricbeat.config.modules.path: the file gate's DST {dst} is never loaded"
+            "{at}: metricbeat.yml of {cm} sets no metricbeat.config.modules.path: the file gate's DST {dst} is never loaded"
         ));
         return;
     };
     if lookup(&beat, "metricbeat.config.modules.reload.enabled") != Some(&Node::Bool(true)) {
         out.push(format!(
-            "{at}: metricbeat.config.modules reload.enabled is not true (ConfigMap {cm}): Metricbeat would never notice the file gate's copy come and go"
+            "{at}: metricbeat.config.modules reload.enabled is not true ({cm}): Metricbeat would never notice the file gate's copy come and go"
         ));
     }
     let period = lookup(&beat, "metricbeat.config.modules.reload.period")
@@ -81,23 +102,81 @@ pub fn check(
     match parse_duration(period) {
         Ok(p) if p < margin && p <= lag => {}
         Ok(_) => out.push(format!(
-            "{at}: reload.period {period} (ConfigMap {cm}) must be below the margin {} and at most --gate-lag {}: Metricbeat may run the module that long after leadership ended",
+            "{at}: reload.period {period} ({cm}) must be below the margin {} and at most --gate-lag {}: Metricbeat may run the module that long after leadership ended",
             HumanDuration(margin),
             HumanDuration(lag)
         )),
-        Err(error) => out.push(format!("{at}: reload.period {period} (ConfigMap {cm}): {error}")),
+        Err(error) => out.push(format!("{at}: reload.period {period} ({cm}): {error}")),
     }
     let pattern = &crate::inject::metricbeat::resolve_paths(pattern);
     if !glob_match(pattern, dst) {
         out.push(format!(
-            "{at}: modules glob {pattern} (ConfigMap {cm}) does not match the file gate's DST {dst}: the leader's module would never load"
+            "{at}: modules glob {pattern} ({cm}) does not match the file gate's DST {dst}: the leader's module would never load"
         ));
     }
     let (dir, name) = dst.rsplit_once('/').unwrap_or(("", dst));
     let tmp = format!("{dir}/.{name}.leader-gate.tmp");
     if glob_match(pattern, &tmp) {
         out.push(format!(
-            "{at}: modules glob {pattern} (ConfigMap {cm}) matches the file gate's temporary file {tmp}: a half-written copy could be loaded"
+            "{at}: modules glob {pattern} ({cm}) matches the file gate's temporary file {tmp}: a half-written copy could be loaded"
+        ));
+    }
+}
+
+/// `runAsUser` of `container`, else of the pod, else `image_user`.
+fn user_of(pod: &Pod, container: &Container, image_user: Option<u64>) -> Option<u64> {
+    container
+        .node
+        .map("securityContext")
+        .and_then(|s| s.get("runAsUser"))
+        .and_then(Node::as_u64)
+        .or(pod.run_as_user)
+        .or(image_user)
+}
+
+/// Metricbeat's strict.perms against the file gate's copy: owned by root or
+/// Metricbeat's user, written by nobody else. Unknown users go unchecked.
+fn strict_perms(pod: &Pod, reader: &Container, gate: &Gate<'_>, out: &mut Vec<String>) {
+    let relaxed = ["command", "args"].iter().any(|key| {
+        reader
+            .node
+            .seq(key)
+            .iter()
+            .filter_map(Node::as_str)
+            .any(|a| a == "-strict.perms=false" || a == "--strict.perms=false")
+    });
+    if relaxed {
+        return;
+    }
+    let at = pod.at(reader);
+    let name = &gate.container.name;
+    let image = |c: &Container| c.node.str("image").unwrap_or("").to_owned();
+    let reader_image = image(reader);
+    let elastic = pod.beat_config.is_some()
+        || reader_image
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.starts_with("metricbeat"));
+    let gate_image =
+        super::line::is_leader_gate_image(&image(gate.container)).then_some(LEADER_GATE_IMAGE_USER);
+    let reader_user = user_of(pod, reader, elastic.then_some(METRICBEAT_IMAGE_USER));
+    let gate_user = user_of(pod, gate.container, gate_image);
+    if let (Some(reader_user), Some(gate_user)) = (reader_user, gate_user)
+        && gate_user != 0
+        && gate_user != reader_user
+    {
+        let users = match reader_user {
+            0 => "0".to_owned(),
+            user => format!("{user} (or 0)"),
+        };
+        out.push(format!(
+            "{at}: strict.perms: Metricbeat runs as uid {reader_user} and loads only module files owned by it or root, but the file gate {name} writes its copy as uid {gate_user}: the leader's module would be refused; run {name} as uid {users}, or start Metricbeat with -strict.perms=false"
+        ));
+    }
+    if gate.mode & 0o022 != 0 {
+        out.push(format!(
+            "{at}: strict.perms: the file gate {name}'s --mode {:04o} lets group or others write the copy, which Metricbeat refuses to load: use 0644 or narrower",
+            gate.mode
         ));
     }
 }

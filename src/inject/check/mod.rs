@@ -7,7 +7,8 @@
 //! API, the timing rules of [`crate::timing`], the gate socket, preStop
 //! hooks and installed binaries; [`rbac`]: what the pod's service account
 //! may do to its Leases; [`metricbeat`]: Metricbeat's modules glob and
-//! reload period against a file gate). The project's own policy for its
+//! reload period against a file gate, and its strict.perms against the
+//! file gate's user and mode). The project's own policy for its
 //! shipped manifests (user, image pin, resources…) stays in
 //! scripts/check_manifests.py, which runs this check for the wiring.
 

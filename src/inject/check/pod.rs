@@ -13,6 +13,7 @@ use super::Stream;
 use super::line::{self, Env, Parsed, ServeArgsSeen, Side};
 use super::workload::{Container, Pod};
 use super::{metricbeat, rbac};
+use crate::client::file_gate::Mapping;
 use crate::client::url::ClientArgs;
 use crate::duration::HumanDuration;
 use crate::serve::config::ServeConfig;
@@ -149,9 +150,12 @@ pub fn check(stream: &Stream<'_>, pod: &Pod, out: &mut Vec<String>) -> bool {
                 exec_binary(run, &installs, out);
             }
             Some(Side::FileGate(gate)) => {
+                let file_gate = metricbeat::Gate {
+                    container: run.container,
+                    mode: gate.mode,
+                };
                 for mapping in &gate.mappings {
-                    let (src, dst) = (mapping.src.to_string_lossy(), mapping.dst.to_string_lossy());
-                    file_gate_mapping(stream, pod, &sidecar, run, &src, &dst, out);
+                    file_gate_mapping(stream, pod, &sidecar, run, &file_gate, mapping, out);
                 }
             }
             Some(Side::Prestop(hook)) => {
@@ -555,10 +559,12 @@ fn file_gate_mapping(
     pod: &Pod,
     sidecar: &Sidecar<'_>,
     run: &Run<'_>,
-    src: &str,
-    dst: &str,
+    file_gate: &metricbeat::Gate<'_>,
+    mapping: &Mapping,
     out: &mut Vec<String>,
 ) {
+    let (src, dst) = (mapping.src.to_string_lossy(), mapping.dst.to_string_lossy());
+    let (src, dst) = (src.as_ref(), dst.as_ref());
     let gate = run.container;
     if gate.mount_of(src).is_none() {
         out.push(format!(
@@ -593,7 +599,15 @@ fn file_gate_mapping(
     }
     for reader in readers {
         if let Some(seen_as) = reader.path_of(mount.volume, &mount.inside) {
-            metricbeat::check(stream, pod, reader, &seen_as, sidecar.config, out);
+            metricbeat::check(
+                stream,
+                pod,
+                reader,
+                file_gate,
+                &seen_as,
+                sidecar.config,
+                out,
+            );
         }
     }
 }

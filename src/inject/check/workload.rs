@@ -125,6 +125,12 @@ pub struct Pod {
     pub host_network: bool,
     /// A pod name as the controller would make one, for `metadata.name`.
     pub pod_name: String,
+    /// The pod's `securityContext.runAsUser` (an OpenTelemetryCollector's
+    /// `podSecurityContext`).
+    pub run_as_user: Option<u64>,
+    /// An ECK `Beat`'s `spec.type` and inline `spec.config`: ECK writes the
+    /// config into the beat.yml of the container named after the type.
+    pub beat_config: Option<(String, Node)>,
 }
 
 impl Pod {
@@ -164,6 +170,7 @@ pub fn pods(docs: &[Node], out: &mut Vec<String>) -> Vec<Pod> {
             .unwrap_or("")
             .to_owned();
         let at = format!("{kind}/{name}");
+        let first = pods.len();
         let spec = object.get("spec");
         let group = object
             .str("apiVersion")
@@ -192,6 +199,8 @@ pub fn pods(docs: &[Node], out: &mut Vec<String>) -> Vec<Pod> {
                     _ if kind == "Pod" => name.clone(),
                     _ => format!("{name}-x7k2p"),
                 },
+                run_as_user: None,
+                beat_config: None,
             };
             read_pod_spec(&mut pod, spec, path, defaults.collector, out);
             pods.push(pod);
@@ -292,6 +301,16 @@ pub fn pods(docs: &[Node], out: &mut Vec<String>) -> Vec<Pod> {
             }
             _ => {}
         }
+        if kind == "Beat"
+            && let (Some(beat), Some(config)) = (
+                doc.at(&["spec"]).and_then(|s| s.str("type")),
+                doc.at(&["spec"]).and_then(|s| s.get("config")),
+            )
+        {
+            for pod in &mut pods[first..] {
+                pod.beat_config = Some((beat.to_owned(), config.clone()));
+            }
+        }
     }
     pods
 }
@@ -329,6 +348,15 @@ fn read_pod_spec(pod: &mut Pod, spec: &Map, path: &str, collector: bool, out: &m
             }
         }
     };
+    let security = if collector {
+        "podSecurityContext"
+    } else {
+        "securityContext"
+    };
+    pod.run_as_user = spec
+        .map(security)
+        .and_then(|s| s.get("runAsUser"))
+        .and_then(Node::as_u64);
     if let Some(sa) = spec.str("serviceAccountName") {
         pod.service_account = sa.to_owned();
     }
