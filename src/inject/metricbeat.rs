@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::plan::FilePlacement;
 use super::pod::SOURCE_DIR;
-use super::workload::Workload;
+use super::workload::{Workload, config_map_doc};
 use super::yaml::{Map, Node, read_one, write_one};
 use crate::duration::{HumanDuration, parse_duration};
 
@@ -25,7 +25,7 @@ pub fn resolve_paths(path: &str) -> String {
         .replace("${path.home}", PATH_CONFIG)
 }
 /// Metricbeat's reload period when the configuration gives none.
-const DEFAULT_RELOAD: Duration = Duration::from_secs(10);
+pub const DEFAULT_RELOAD: Duration = Duration::from_secs(10);
 
 /// What the conversion found and did.
 pub struct Converted {
@@ -62,9 +62,7 @@ pub fn convert(
     let mut notes = Vec::new();
     let mut leader_cm = None;
     let modules = take_unique_modules(&mut config)?;
-    let existing = docs
-        .iter()
-        .position(|d| is_config_map(d, &leader_map, &workload.namespace));
+    let existing = config_map_doc(docs, &workload.namespace, &leader_map);
     match (modules.is_empty(), existing) {
         (true, None) => {
             return Err("its Metricbeat has no `unique: true` autodiscover provider (the modules it runs once per cluster) and no leader-only ConfigMap: name what runs once per cluster by hand, or pass --gate exec to run the whole Metricbeat on one node only".to_owned());
@@ -148,16 +146,8 @@ pub fn convert(
         );
         set_dotted(modules_cfg, &["reload", "enabled"], Node::Bool(true));
     }
-    let reload_period = match modules_cfg.dotted(&["reload", "period"]) {
-        Some(Node::Str(text)) => parse_duration(text).map_err(|e| format!("reload.period: {e}"))?,
-        // A bare number is seconds, to Beats as to leader-gate.
-        Some(number @ (Node::Int(_) | Node::Uint(_))) => {
-            Duration::from_secs(number.as_u64().ok_or("reload.period is negative")?)
-        }
-        Some(Node::Float(f)) => {
-            Duration::try_from_secs_f64(*f).map_err(|e| format!("reload.period: {e}"))?
-        }
-        Some(_) => return Err("reload.period is not a duration".to_owned()),
+    let reload_period = match reload_period(modules_cfg)? {
+        Some(period) => period,
         None => {
             set_dotted(
                 modules_cfg,
@@ -205,6 +195,26 @@ fn sharing(docs: &[Node], workload: &Workload, doc: usize) -> Option<String> {
             })
         })
         .map(|w| w.label())
+}
+
+/// `reload.period` of Metricbeat's `metricbeat.config.modules` settings: a
+/// duration (`10s`) or bare seconds, as Beats reads it; `None` when unset
+/// (Metricbeat then reloads every [`DEFAULT_RELOAD`]).
+pub fn reload_period(modules: &Map) -> Result<Option<Duration>, String> {
+    Ok(Some(match modules.dotted(&["reload", "period"]) {
+        None => return Ok(None),
+        Some(Node::Str(text)) => {
+            parse_duration(text).map_err(|e| format!("reload.period {text}: {e}"))?
+        }
+        // A bare number is seconds, to Beats as to leader-gate.
+        Some(number @ (Node::Int(_) | Node::Uint(_))) => {
+            Duration::from_secs(number.as_u64().ok_or("reload.period is negative")?)
+        }
+        Some(Node::Float(f)) => {
+            Duration::try_from_secs_f64(*f).map_err(|e| format!("reload.period {f}: {e}"))?
+        }
+        Some(_) => return Err("reload.period is not a duration".to_owned()),
+    }))
 }
 
 /// Where a Metricbeat's configuration is written.
@@ -281,13 +291,6 @@ fn set_dotted(map: &mut Map, path: &[&str], value: Node) {
     }
 }
 
-fn is_config_map(doc: &Node, name: &str, namespace: &str) -> bool {
-    let Some(m) = doc.as_map() else { return false };
-    m.str("kind") == Some("ConfigMap")
-        && m.at_str(&["metadata", "name"]) == Some(name)
-        && m.at_str(&["metadata", "namespace"]).unwrap_or("default") == namespace
-}
-
 /// The ConfigMaps (document, data key) the container mounts, every key when
 /// a whole ConfigMap is mounted.
 fn mounted_config_maps(
@@ -315,10 +318,7 @@ fn mounted_config_maps(
         let Some(cm) = volume.at_str(&["configMap", "name"]) else {
             continue;
         };
-        let Some(doc) = docs
-            .iter()
-            .position(|d| is_config_map(d, cm, &workload.namespace))
-        else {
+        let Some(doc) = config_map_doc(docs, &workload.namespace, cm) else {
             continue;
         };
         let keys: Vec<String> = match mount.str("subPath") {

@@ -36,7 +36,7 @@ const BINDING_EXTENSIONS: &[&str] = &["health_check", "healthcheckv2", "pprof", 
 
 /// The receivers' own leader election, which leader-gate replaces: the
 /// extension's type and the receiver setting that names it.
-const LEADER_ELECTOR: &str = "k8s_leader_elector";
+pub const LEADER_ELECTOR: &str = "k8s_leader_elector";
 
 /// Extensions that keep files on disk: shared by both collectors, the same
 /// component in both would open the same files (file_storage names them by
@@ -49,6 +49,28 @@ struct Pipeline {
     receivers: Vec<String>,
     processors: Vec<String>,
     exporters: Vec<String>,
+}
+
+/// The cluster receivers a pipeline of `config` uses (none when it does not
+/// read as a collector configuration).
+pub fn cluster_receivers_in_use(config: &str) -> Vec<String> {
+    let Ok(Node::Map(root)) = read_one(config) else {
+        return Vec::new();
+    };
+    let Ok(pipelines) = read_pipelines(&root) else {
+        return Vec::new();
+    };
+    let mut used: Vec<String> = Vec::new();
+    for receiver in pipelines
+        .iter()
+        .flat_map(|p| &p.receivers)
+        .filter(|r| is_cluster(r))
+    {
+        if !used.contains(receiver) {
+            used.push(receiver.clone());
+        }
+    }
+    used
 }
 
 /// Splits `config` (the collector's YAML) into the main collector's and the

@@ -6,7 +6,7 @@
 //! on the leader only (docs/gates.md, "Which gate for my collector").
 
 use super::otel;
-use super::workload::{SECOND_SUFFIX as SUFFIX, Workload};
+use super::workload::{SECOND_SUFFIX as SUFFIX, Workload, config_map_doc};
 use super::yaml::{Map, Node};
 
 /// Where the second container reads its configuration.
@@ -82,16 +82,6 @@ fn config_source(pod: &Map, container: &Map) -> Result<ConfigSource, String> {
     Err(format!(
         "its collector's --config {path} is not in a ConfigMap it mounts"
     ))
-}
-
-fn config_map_doc(docs: &[Node], namespace: &str, name: &str) -> Option<usize> {
-    docs.iter().position(|d| {
-        d.as_map().is_some_and(|m| {
-            m.str("kind") == Some("ConfigMap")
-                && m.at_str(&["metadata", "name"]) == Some(name)
-                && m.at_str(&["metadata", "namespace"]).unwrap_or("default") == namespace
-        })
-    })
 }
 
 /// Splits the collector's configuration (its ConfigMap keeps the node

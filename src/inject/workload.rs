@@ -87,6 +87,25 @@ pub fn find(docs: &[Node]) -> Vec<Workload> {
     found
 }
 
+/// An image's repository name, without registry, path, tag or digest:
+/// `docker.elastic.co/beats/metricbeat:8.1.1` is `metricbeat`.
+fn repository(image: &str) -> &str {
+    let repo = image.rsplit('/').next().unwrap_or(image);
+    repo.split([':', '@']).next().unwrap_or(repo)
+}
+
+/// The ConfigMap `name` of `namespace` in `docs` (an unset namespace is
+/// `default`), by its place.
+pub fn config_map_doc(docs: &[Node], namespace: &str, name: &str) -> Option<usize> {
+    docs.iter().position(|d| {
+        d.as_map().is_some_and(|m| {
+            m.str("kind") == Some("ConfigMap")
+                && m.at_str(&["metadata", "name"]) == Some(name)
+                && m.at_str(&["metadata", "namespace"]).unwrap_or("default") == namespace
+        })
+    })
+}
+
 /// The name of the leader-only copy of a collector container, after the
 /// collector's ([`super::second`]).
 pub const SECOND_SUFFIX: &str = "-leader-only";
@@ -105,8 +124,7 @@ pub enum Collector {
 impl Collector {
     /// Which collector an image is, by the name of its repository.
     pub fn of_image(image: &str) -> Option<Collector> {
-        let repo = image.rsplit('/').next().unwrap_or(image);
-        let repo = repo.split([':', '@']).next().unwrap_or(repo);
+        let repo = repository(image);
         match repo {
             "metricbeat" => Some(Collector::Metricbeat),
             "elastic-agent" | "elastic-agent-complete" => Some(Collector::ElasticAgent),
@@ -121,8 +139,7 @@ impl Collector {
     /// The image's ENTRYPOINT, which a container without `command` runs,
     /// for the images `inject` knows; `exec` must be told it.
     pub fn entrypoint(image: &str) -> Option<Vec<&'static str>> {
-        let repo = image.rsplit('/').next().unwrap_or(image);
-        let repo = repo.split([':', '@']).next().unwrap_or(repo);
+        let repo = repository(image);
         Some(match repo {
             "prometheus" => vec!["/bin/prometheus"],
             "opentelemetry-collector-contrib" | "otelcol-contrib" => vec!["/otelcol-contrib"],

@@ -251,6 +251,19 @@ fn what_inject_does_not_own_comes_back_as_it_was() {
             assert_eq!(pod_after.get(key), Some(value), "{key} changed");
         }
     }
+    // The collector container keeps every key it had, in its order and
+    // unchanged but its mounts, which gain leader-gate's after its own.
+    let c_before = named(pod_before.seq("containers"), "metricbeat");
+    let c_after = named(pod_after.seq("containers"), "metricbeat");
+    assert_eq!(keys(c_before), keys(c_after)[..keys(c_before).len()]);
+    for (key, value) in &c_before.0 {
+        if key == "volumeMounts" {
+            let mounts = value.as_seq().unwrap();
+            assert_eq!(&c_after.seq("volumeMounts")[..mounts.len()], mounts);
+        } else {
+            assert_eq!(c_after.get(key), Some(value), "container {key} changed");
+        }
+    }
     // The collector's own volumes come first, unchanged.
     let volumes_before = pod_before.seq("volumes");
     assert_eq!(

@@ -533,3 +533,105 @@ fn a_file_gate_mode_letting_others_write_is_refused() {
         "strict.perms: the file gate file-gate's --mode 0664 lets group or others write the copy",
     );
 }
+
+/// `leader-gate inject FIXTURE` (tests/fixtures/upstream): the gated stream.
+fn gated_fixture(name: &str) -> String {
+    let path = format!(
+        "{}/tests/fixtures/upstream/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_leader-gate"))
+        .args(["inject", &path])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The gated OpenTelemetry DaemonSet with `edit` applied to the collector
+/// configuration of ConfigMap `cm` (key `relay`).
+fn otel_with(cm: &str, edit: impl Fn(&mut leader_gate::inject::yaml::Map)) -> String {
+    use leader_gate::inject::yaml::{Node, read_one, read_stream, write_one, write_stream};
+    let mut docs = read_stream(&gated_fixture("otel-helm-daemonset-cluster-metrics.yaml")).unwrap();
+    let doc = docs
+        .iter_mut()
+        .find(|d| d.at_str_path(&["metadata", "name"]) == Some(cm))
+        .unwrap();
+    let data = doc.at_mut(&["data"]).unwrap();
+    let mut config = read_one(data.str("relay").unwrap()).unwrap();
+    edit(config.as_map_mut().unwrap());
+    data.insert("relay", Node::str(write_one(&config)));
+    write_stream(&docs)
+}
+
+#[test]
+fn a_metricbeat_that_still_elects_its_own_leader_for_unique_modules_is_refused() {
+    let gated = gated_fixture("elastic-beats-metricbeat-kubernetes.yaml");
+    assert_eq!(check(&gated), (0, vec![]));
+    let old = "  metricbeat.yml: |\n    metricbeat.config.modules:";
+    assert!(gated.contains(old));
+    let broken = gated.replacen(
+        old,
+        "  metricbeat.yml: |\n    metricbeat.autodiscover: {providers: [{type: kubernetes, scope: cluster, unique: true}]}\n    metricbeat.config.modules:",
+        1,
+    );
+    let (code, findings) = check(&broken);
+    assert_eq!(code, 1, "{findings:?}");
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.contains("still has a `unique: true` autodiscover provider")),
+        "{findings:?}"
+    );
+}
+
+#[test]
+fn cluster_receivers_outside_exec_or_a_gated_collectors_own_election_are_refused() {
+    use leader_gate::inject::yaml::Node;
+    assert_eq!(
+        check(&gated_fixture("otel-helm-daemonset-cluster-metrics.yaml")),
+        (0, vec![])
+    );
+    // k8s_cluster back in the node collector, which runs on every pod.
+    let node = otel_with("example-opentelemetry-collector-agent", |config| {
+        config
+            .map_entry("receivers")
+            .insert("k8s_cluster", Node::Map(Default::default()));
+        let metrics = config
+            .map_entry("service")
+            .map_entry("pipelines")
+            .map_entry("metrics");
+        metrics
+            .seq_entry("receivers")
+            .push(Node::str("k8s_cluster"));
+    });
+    let (code, findings) = check(&node);
+    assert_eq!(code, 1, "{findings:?}");
+    assert!(
+        findings.iter().any(|f| f.contains("container opentelemetry-collector: runs receivers that work once per cluster (k8s_cluster) outside `leader-gate exec`")),
+        "{findings:?}"
+    );
+    // The gated copy electing a leader of its own.
+    let elects = otel_with(
+        "example-opentelemetry-collector-agent-leader-only",
+        |config| {
+            let receiver = config.map_entry("receivers").map_entry("k8s_cluster");
+            receiver.insert(
+                "k8s_leader_elector",
+                Node::str("k8s_leader_elector/k8s_cluster"),
+            );
+        },
+    );
+    let (code, findings) = check(&elects);
+    assert_eq!(code, 1, "{findings:?}");
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.contains("keeps `k8s_leader_elector`")),
+        "{findings:?}"
+    );
+}

@@ -189,9 +189,16 @@ impl Mapping {
 
     /// The temporary file a copy is written to before the rename.
     fn temporary(&self) -> PathBuf {
-        let name = self.dst.file_name().unwrap_or_default().to_string_lossy();
-        parent(&self.dst).join(format!(".{name}.leader-gate.tmp"))
+        temporary_path(&self.dst)
     }
+}
+
+/// The temporary file a copy of `dst` is written to before the rename,
+/// beside it: `.NAME.leader-gate.tmp` (a collector loading `*.yml` never
+/// sees a half-written copy; `inject --check` holds globs to that).
+pub fn temporary_path(dst: &Path) -> PathBuf {
+    let name = dst.file_name().unwrap_or_default().to_string_lossy();
+    parent(dst).join(format!(".{name}.leader-gate.tmp"))
 }
 
 /// What `file-gate` was asked to do.

@@ -11,23 +11,14 @@
 
 use super::Stream;
 use super::workload::{Container, Pod};
-use crate::duration::{HumanDuration, parse_duration};
+use crate::duration::HumanDuration;
+use crate::inject::metricbeat as mb;
 use crate::inject::yaml::{self, Node};
 use crate::serve::config::ServeConfig;
 
-/// Metricbeat's own default `reload.period`.
-const DEFAULT_PERIOD: &str = "10s";
-
 /// `key` in a Beats config, where `a.b.c` may be written dotted or nested.
 fn lookup<'a>(node: &'a Node, key: &str) -> Option<&'a Node> {
-    let map = node.as_map()?;
-    if let Some(value) = map.get(key) {
-        return Some(value);
-    }
-    key.match_indices('.').find_map(|(at, _)| {
-        map.get(&key[..at])
-            .and_then(|inner| lookup(inner, &key[at + 1..]))
-    })
+    node.as_map()?.dotted(&key.split('.').collect::<Vec<_>>())
 }
 
 /// The user Elastic's Metricbeat image runs as (`metricbeat`).
@@ -82,6 +73,19 @@ pub fn check(
     };
     let (cm, beat) = beat;
     strict_perms(pod, reader, gate, out);
+    // Beats' own election beside leader-gate's: the two can pick different
+    // pods, and the modules it runs would run beside the gated ones.
+    let unique = lookup(&beat, "metricbeat.autodiscover.providers")
+        .and_then(Node::as_seq)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(Node::as_map)
+        .any(|p| p.get("unique") == Some(&Node::Bool(true)));
+    if unique {
+        out.push(format!(
+            "{at}: metricbeat.yml of {cm} still has a `unique: true` autodiscover provider: Beats elects its own leader for those modules, which may be another pod than leader-gate's; move its modules into the file gate's file (`leader-gate inject` does)"
+        ));
+    }
     let Some(pattern) = lookup(&beat, "metricbeat.config.modules.path").and_then(Node::as_str)
     else {
         out.push(format!(
@@ -94,19 +98,22 @@ pub fn check(
             "{at}: metricbeat.config.modules reload.enabled is not true ({cm}): Metricbeat would never notice the file gate's copy come and go"
         ));
     }
-    let period = lookup(&beat, "metricbeat.config.modules.reload.period")
-        .and_then(Node::as_str)
-        .unwrap_or(DEFAULT_PERIOD);
     let margin = config.lease_duration - config.renew_deadline;
     let lag = config.shutdown.gate_lag;
-    match parse_duration(period) {
-        Ok(p) if p < margin && p <= lag => {}
-        Ok(_) => out.push(format!(
-            "{at}: reload.period {period} ({cm}) must be below the margin {} and at most --gate-lag {}: Metricbeat may run the module that long after leadership ended",
-            HumanDuration(margin),
-            HumanDuration(lag)
-        )),
-        Err(error) => out.push(format!("{at}: reload.period {period} ({cm}): {error}")),
+    let modules = lookup(&beat, "metricbeat.config.modules").and_then(Node::as_map);
+    match modules.map_or(Ok(None), mb::reload_period) {
+        Ok(p) => {
+            let p = p.unwrap_or(mb::DEFAULT_RELOAD);
+            if !(p < margin && p <= lag) {
+                out.push(format!(
+                    "{at}: reload.period {} ({cm}) must be below the margin {} and at most --gate-lag {}: Metricbeat may run the module that long after leadership ended",
+                    HumanDuration(p),
+                    HumanDuration(margin),
+                    HumanDuration(lag)
+                ));
+            }
+        }
+        Err(error) => out.push(format!("{at}: {error} ({cm})")),
     }
     let pattern = &crate::inject::metricbeat::resolve_paths(pattern);
     if !glob_match(pattern, dst) {
@@ -114,8 +121,8 @@ pub fn check(
             "{at}: modules glob {pattern} ({cm}) does not match the file gate's DST {dst}: the leader's module would never load"
         ));
     }
-    let (dir, name) = dst.rsplit_once('/').unwrap_or(("", dst));
-    let tmp = format!("{dir}/.{name}.leader-gate.tmp");
+    let tmp = crate::client::file_gate::temporary_path(std::path::Path::new(dst));
+    let tmp = tmp.to_string_lossy();
     if glob_match(pattern, &tmp) {
         out.push(format!(
             "{at}: modules glob {pattern} ({cm}) matches the file gate's temporary file {tmp}: a half-written copy could be loaded"

@@ -16,6 +16,7 @@ use super::yaml::{Map, Node};
 
 mod line;
 mod metricbeat;
+mod otel;
 mod pod;
 mod rbac;
 mod workload;

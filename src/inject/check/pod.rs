@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::Stream;
 use super::line::{self, Env, Parsed, ServeArgsSeen, Side};
 use super::workload::{Container, Pod};
-use super::{metricbeat, rbac};
+use super::{metricbeat, otel, rbac};
 use crate::client::file_gate::Mapping;
 use crate::client::url::ClientArgs;
 use crate::duration::HumanDuration;
@@ -180,6 +180,12 @@ pub fn check(stream: &Stream<'_>, pod: &Pod, out: &mut Vec<String>) -> bool {
     }
     gate_socket(pod, &sidecar, &runs, out);
     state_dir(pod, &sidecar, out);
+    let under_exec: Vec<&str> = runs
+        .iter()
+        .filter(|r| matches!(r.side(), Some(Side::Exec(_))))
+        .map(|r| r.container.name.as_str())
+        .collect();
+    otel::check(stream, pod, &under_exec, out);
     rbac::check(stream, pod, &sidecar.run.at, config, out);
     true
 }
