@@ -4,11 +4,12 @@
 //! subcommand each; `install`'s one argument is the binary's own. A command
 //! line clap refuses prints as [`usage_error`] says (exit 64).
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
-use crate::args::{LogArgs, LogFormat};
+use crate::args::LogFormat;
 use crate::client::exec::ExecArgs;
 use crate::client::file_gate::FileGateArgs;
+pub use crate::client::install::InstallArgs;
 use crate::client::prestop::PrestopArgs;
 use crate::client::status::WaitArgs;
 use crate::client::url::ClientArgs;
@@ -55,16 +56,6 @@ pub enum Command {
     /// Gate the collector workloads of Kubernetes YAML (a file or stdin) and
     /// print the result; with --check, say what would break in a gated one.
     Inject(InjectArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct InstallArgs {
-    /// Where to put the copy (mode 0755), e.g. /gate/leader-gate.
-    #[arg(value_name = "DEST")]
-    pub dest: std::path::PathBuf,
-
-    #[command(flatten)]
-    pub log: LogArgs,
 }
 
 impl Command {

@@ -18,6 +18,7 @@
 //! - [`death_guard`]: a forked process that acts when its parent is killed
 //!   (`exec`'s group, `file-gate`'s copies).
 //! - [`file_gate`]: `leader-gate file-gate SRC:DST…`, files present only while leading.
+//! - [`install`]: `leader-gate install DEST`'s argument (the copy itself is main's).
 //!
 //! Each client's own flags are next to it (`WatchArgs` in [`watch`], …).
 //!
@@ -32,6 +33,7 @@ pub mod death_guard;
 pub mod exec;
 pub mod feed;
 pub mod file_gate;
+pub mod install;
 pub mod place;
 pub mod prestop;
 pub mod process_tree;

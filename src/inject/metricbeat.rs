@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::plan::FilePlacement;
 use super::pod::SOURCE_DIR;
-use super::workload::{Workload, config_map_doc};
+use super::workload::{Workload, config_map_doc, mounted_config_map};
 use super::yaml::{Map, Node, read_one, write_one};
 use crate::duration::{HumanDuration, parse_duration};
 
@@ -307,15 +307,7 @@ fn mounted_config_maps(
         .iter()
         .filter_map(Node::as_map)
     {
-        let Some(volume) = pod
-            .seq("volumes")
-            .iter()
-            .filter_map(Node::as_map)
-            .find(|v| v.str("name") == mount.str("name"))
-        else {
-            continue;
-        };
-        let Some(cm) = volume.at_str(&["configMap", "name"]) else {
+        let Some(cm) = mounted_config_map(pod, mount).and_then(|cm| cm.str("name")) else {
             continue;
         };
         let Some(doc) = config_map_doc(docs, &workload.namespace, cm) else {

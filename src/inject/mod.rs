@@ -49,8 +49,9 @@ pub struct InjectArgs {
     pub check: bool,
 
     /// Gate only this workload (NAME or KIND/NAME; repeat for several).
-    /// Without it, every DaemonSet, Deployment, StatefulSet and ECK
-    /// Beat/Agent whose collector inject knows by its image.
+    /// Without it, every DaemonSet, Deployment, StatefulSet, ECK
+    /// Beat/Agent and prometheus-operator Prometheus/PrometheusAgent whose
+    /// collector inject knows.
     #[arg(long = "workload", value_name = "NAME")]
     pub workloads: Vec<String>,
 
@@ -231,7 +232,7 @@ pub fn inject(docs: &mut Vec<Node>, args: &InjectArgs) -> Result<Vec<String>, St
             let found = all
                 .iter()
                 .find(|w| *wanted == w.name || *wanted == w.label())
-                .ok_or_else(|| format!("no workload {wanted} in the input (DaemonSet, Deployment, StatefulSet, Beat, Agent)"))?;
+                .ok_or_else(|| format!("no workload {wanted} in the input (DaemonSet, Deployment, StatefulSet, Beat, Agent, Prometheus, PrometheusAgent)"))?;
             chosen.push(found.clone());
         }
         chosen
@@ -279,9 +280,6 @@ fn unsupported(docs: &[Node]) -> Option<String> {
             "OpenTelemetryCollector" => Some(format!(
                 "OpenTelemetryCollector/{name}: the OpenTelemetry Operator owns its collector's command, so inject cannot wrap it; gate it as docs/recipes.md \"OpenTelemetry Operator\" shows (a second collector in additionalContainers under leader-gate exec), or render the collector and gate that"
             )),
-            kind @ ("Prometheus" | "PrometheusAgent") => Some(format!(
-                "{kind}/{name}: prometheus-operator resources are not gated by inject yet; gate the scrape jobs that must run once with a file gate as docs/gates.md \"Prometheus\" shows"
-            )),
             _ => None,
         }
     })
@@ -295,6 +293,11 @@ fn gate_one(
 ) -> Result<Vec<String>, String> {
     let w = &w.refind(docs).ok_or("no pod spec")?;
     let (name, kind) = workload::collector(docs, w, args.container.as_deref())?;
+    if w.operator_merges_containers()
+        && docs[w.doc].at(&["spec"]).and_then(|s| s.get("listenLocal")) == Some(&Node::Bool(true))
+    {
+        return Err("spec.listenLocal: the operator then probes Prometheus with a command inject cannot replace, and those probes would fail on every follower; turn listenLocal off to gate it".to_owned());
+    }
     let pod = w.pod_spec_mut(docs).ok_or("no pod spec")?;
     let at = workload::container_index(pod, &name);
     let container = pod.seq("containers")[at]
@@ -369,10 +372,16 @@ fn gate_one(
         timings: Timings::for_gate(gate, reload),
         image: args.image.clone(),
         ports,
-        health_url: (gate == GateKind::Exec && !second_collector)
-            .then(|| pod::exec_health_url(w.pod_spec(docs)?, &container))
-            .flatten(),
+        health_url: if w.operator_merges_containers() {
+            // The operator's Prometheus listens on 9090 of the pod.
+            Some("http://127.0.0.1:9090/-/healthy".to_owned())
+        } else {
+            (gate == GateKind::Exec && !second_collector)
+                .then(|| pod::exec_health_url(w.pod_spec(docs)?, &container))
+                .flatten()
+        },
         file,
+        operator_merged: w.operator_merges_containers(),
     };
     // The conversion may have added a document before the workload.
     let w = &w.refind(docs).ok_or("no pod spec")?;

@@ -120,6 +120,9 @@ pub struct Plan {
     pub ports: Option<(u16, u16)>,
     pub health_url: Option<String>,
     pub file: Option<FilePlacement>,
+    /// The collector container is merged by an operator into one it makes
+    /// (prometheus-operator): its command, args and probes are not in the input.
+    pub operator_merged: bool,
 }
 
 #[cfg(test)]

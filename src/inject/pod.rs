@@ -295,8 +295,27 @@ pub fn gate(
             ),
             None => mounts.retain(|m| m.as_map().and_then(|m| m.str("name")) != Some(VOL_PLACED)),
         }
-        if plan.gate == GateKind::Exec {
-            wrap_command(c, plan)?;
+        if plan.gate == GateKind::Exec && plan.operator_merged {
+            wrap_command(c, plan, Some(&["/bin/prometheus"]))?;
+            // The operator's own probes of Prometheus would fail on every
+            // follower (nothing runs there): merged over them, these ask
+            // the sidecar, ready once the API server answered.
+            let admin = plan.ports.map_or(4041, |(_, admin)| admin);
+            for (probe, path) in [
+                ("livenessProbe", "/healthz"),
+                ("readinessProbe", "/readyz"),
+                ("startupProbe", "/healthz"),
+            ] {
+                c.insert(
+                    probe,
+                    parse(&format!("{{httpGet: {{path: {path}, port: {admin}}}}}")),
+                );
+            }
+            notes.push(format!(
+                "container {name}: the operator's command is run by leader-gate exec (the operator's arguments follow /bin/prometheus), and its probes ask the sidecar's admin port {admin}: Prometheus runs only on the leader, so its own would fail on every follower"
+            ));
+        } else if plan.gate == GateKind::Exec {
+            wrap_command(c, plan, None)?;
             let probes: Vec<String> = ["livenessProbe", "readinessProbe", "startupProbe"]
                 .into_iter()
                 .filter(|p| c.remove(p).is_some())
@@ -404,9 +423,12 @@ pub fn gate(
         Duration::ZERO
     };
     let needed = crate::timing::min_pod_grace(t.hook_timeout, exec_grace, t.shutdown_timeout);
+    // Unset, it is the API server's default of 30 s; prometheus-operator
+    // gives its pods 600 s.
+    let unset = if plan.operator_merged { 600 } else { 30 };
     let current = pod
         .get("terminationGracePeriodSeconds")
-        .and_then(Node::as_u64);
+        .map_or(Some(unset), Node::as_u64);
     if current.is_none_or(|c| c < needed) {
         pod.insert("terminationGracePeriodSeconds", Node::Uint(needed));
         notes.push(format!(
@@ -422,7 +444,9 @@ pub fn gate(
 
 /// Runs the collector's command under `leader-gate exec` (again, when an
 /// older run wrapped it: the command inside is kept).
-fn wrap_command(c: &mut Map, plan: &Plan) -> Result<(), String> {
+/// `entrypoint`: what the container runs when it has no `command` and no
+/// image (the operator's own container, of which `inject` sees a part).
+fn wrap_command(c: &mut Map, plan: &Plan, entrypoint: Option<&[&str]>) -> Result<(), String> {
     let name = c.str("name").unwrap_or("?").to_owned();
     let command: Vec<String> = c
         .seq("command")
@@ -446,7 +470,7 @@ fn wrap_command(c: &mut Map, plan: &Plan) -> Result<(), String> {
         command
     } else {
         let image = c.str("image").unwrap_or("");
-        match Collector::entrypoint(image) {
+        match Collector::entrypoint(image).or_else(|| entrypoint.map(<[&str]>::to_vec)) {
             Some(entry) => entry.into_iter().map(str::to_owned).collect(),
             None => {
                 return Err(format!(

@@ -6,7 +6,7 @@
 //! on the leader only (docs/gates.md, "Which gate for my collector").
 
 use super::otel;
-use super::workload::{SECOND_SUFFIX as SUFFIX, Workload, config_map_doc};
+use super::workload::{SECOND_SUFFIX as SUFFIX, Workload, config_map_doc, mounted_config_map};
 use super::yaml::{Map, Node};
 
 /// Where the second container reads its configuration.
@@ -52,15 +52,7 @@ fn config_source(pod: &Map, container: &Map) -> Result<ConfigSource, String> {
         let Some(rel) = path.strip_prefix(dir).map(|r| r.trim_start_matches('/')) else {
             continue;
         };
-        let Some(volume) = pod
-            .seq("volumes")
-            .iter()
-            .filter_map(Node::as_map)
-            .find(|v| v.str("name") == mount.str("name"))
-        else {
-            continue;
-        };
-        let Some(cm) = volume.map("configMap") else {
+        let Some(cm) = mounted_config_map(pod, mount) else {
             continue;
         };
         let key = cm

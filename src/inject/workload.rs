@@ -15,6 +15,8 @@ pub struct Workload {
     pub namespace: String,
     /// The path from the document to its pod spec.
     pub pod_path: &'static [&'static str],
+    /// A PrometheusAgent with `spec.mode: DaemonSet`.
+    pub per_node_mode: bool,
 }
 
 impl Workload {
@@ -33,8 +35,18 @@ impl Workload {
 
     /// The pod template's metadata (its labels and annotations), made if missing.
     pub fn pod_metadata_mut<'a>(&self, docs: &'a mut [Node]) -> Option<&'a mut Map> {
+        if self.operator_merges_containers() {
+            return Some(docs[self.doc].at_mut(&["spec"])?.map_entry("podMetadata"));
+        }
         let template = &self.pod_path[..self.pod_path.len() - 1];
         Some(docs[self.doc].at_mut(template)?.map_entry("metadata"))
+    }
+
+    /// prometheus-operator's resources: what `inject` writes in
+    /// `spec.containers` is merged into the container the operator makes,
+    /// whose command, args and probes `inject` does not see.
+    pub fn operator_merges_containers(&self) -> bool {
+        self.pod_path == ["spec"]
     }
 
     /// This workload in `docs` as they are now (documents added before it
@@ -48,7 +60,7 @@ impl Workload {
 
     /// DaemonSets run one pod per node: their collectors do node work too.
     pub fn per_node(&self) -> bool {
-        self.kind == "DaemonSet" || self.pod_path.contains(&"daemonSet")
+        self.kind == "DaemonSet" || self.pod_path.contains(&"daemonSet") || self.per_node_mode
     }
 }
 
@@ -70,6 +82,12 @@ pub fn find(docs: &[Node]) -> Vec<Workload> {
                 &["spec", "daemonSet", "podTemplate", "spec"],
                 &["spec", "deployment", "podTemplate", "spec"],
             ],
+            // prometheus-operator merges `spec.containers` into the pods it
+            // makes, by name (a strategic-merge patch), and takes
+            // `initContainers`, `volumes` and `serviceAccountName` as a pod's.
+            "Prometheus" | "PrometheusAgent" if api_group(map) == "monitoring.coreos.com" => {
+                &[&["spec"]]
+            }
             _ => &[],
         };
         for &pod_path in paths {
@@ -80,11 +98,20 @@ pub fn find(docs: &[Node]) -> Vec<Workload> {
                     name: name.to_owned(),
                     namespace: namespace.clone(),
                     pod_path,
+                    per_node_mode: map.at_str(&["spec", "mode"]) == Some("DaemonSet"),
                 });
             }
         }
     }
     found
+}
+
+/// The API group of an object's `apiVersion` (`""` for the core group).
+fn api_group(object: &Map) -> &str {
+    object
+        .str("apiVersion")
+        .and_then(|v| v.rsplit_once('/'))
+        .map_or("", |(group, _)| group)
 }
 
 /// An image's repository name, without registry, path, tag or digest:
@@ -104,6 +131,15 @@ pub fn config_map_doc(docs: &[Node], namespace: &str, name: &str) -> Option<usiz
                 && m.at_str(&["metadata", "namespace"]).unwrap_or("default") == namespace
         })
     })
+}
+
+/// The `configMap` of the volume a container's `mount` names, in `pod`.
+pub fn mounted_config_map<'a>(pod: &'a Map, mount: &Map) -> Option<&'a Map> {
+    pod.seq("volumes")
+        .iter()
+        .filter_map(Node::as_map)
+        .find(|v| v.str("name") == mount.str("name"))?
+        .map("configMap")
 }
 
 /// The name of the leader-only copy of a collector container, after the
@@ -189,6 +225,9 @@ pub fn collector(
                 (t.to_owned(), kind)
             }),
         "Agent" => Some(("agent".to_owned(), Collector::ElasticAgent)),
+        _ if workload.operator_merges_containers() => {
+            Some(("prometheus".to_owned(), Collector::Prometheus))
+        }
         _ => None,
     };
     if let Some(named) = named {

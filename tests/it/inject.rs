@@ -633,3 +633,62 @@ fn what_would_break_is_refused_naming_why() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("is also mounted by DaemonSet/mb2"), "{err}");
 }
+
+#[test]
+fn a_prometheus_agent_of_the_operator_runs_prometheus_under_exec_with_probes_on_the_sidecar() {
+    let out = gated("prometheus-operator-prometheusagent.yaml");
+    let docs = read_stream(&out).unwrap();
+    let agent = find(&docs, "PrometheusAgent", "prometheus-agent");
+    let spec = agent.map("spec").unwrap();
+    // What the operator merges, by name, into the container it makes.
+    let prometheus = named(spec.seq("containers"), "prometheus");
+    let command = strings(prometheus.seq("command"));
+    assert_eq!(
+        (command[1], *command.last().unwrap()),
+        ("exec", "/bin/prometheus")
+    );
+    assert!(
+        prometheus.get("args").is_none(),
+        "the operator's own arguments follow"
+    );
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = prometheus.at(&[probe, "httpGet"]).unwrap();
+        assert_eq!(
+            (get.str("path"), get.get("port")),
+            (Some(path), Some(&Node::Int(4041)))
+        );
+    }
+    let names: Vec<&str> = spec
+        .seq("initContainers")
+        .iter()
+        .filter_map(|c| c.as_map()?.str("name"))
+        .collect();
+    assert_eq!(names, ["leader-gate-install", "leader-gate"]);
+    let serve = strings(named(spec.seq("initContainers"), "leader-gate").seq("args"));
+    assert!(
+        serve.contains(&"--collector-health-url=http://127.0.0.1:9090/-/healthy"),
+        "{serve:?}"
+    );
+    assert!(spec.at(&["podMetadata", "annotations"]).is_some());
+    // The operator's 600 s grace period covers the 24 s needed: not lowered.
+    assert!(spec.get("terminationGracePeriodSeconds").is_none());
+    let binding = find(&docs, "RoleBinding", "prometheus-agent-leader-gate");
+    assert_eq!(
+        binding.seq("subjects")[0].as_map().unwrap().str("name"),
+        Some("prometheus-agent")
+    );
+    assert_eq!(check(&out), (0, String::new()));
+    let (code, twice, err) = inject(&out, &[]);
+    assert_eq!((code, twice == out), (0, true), "{err}");
+}
+
+#[test]
+fn an_unset_grace_period_that_covers_the_shutdown_is_left_unset() {
+    // Unset is the API server's 30 s, above the 24 s exec needs.
+    let text = fixture("otel-helm-deployment-cluster-metrics.yaml");
+    let old = "      terminationGracePeriodSeconds: 30\n";
+    assert!(text.contains(old));
+    let (code, out, err) = inject(&text.replacen(old, "", 1), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("terminationGracePeriodSeconds"), "{err}");
+}

@@ -18,9 +18,9 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use super::workload::{Container, Pod};
-use crate::args::LogArgs;
 use crate::client::exec::{self, ExecArgs};
 use crate::client::file_gate::{FileGateArgs, Mapping, MappingError};
+use crate::client::install::InstallArgs;
 use crate::client::prestop::PrestopArgs;
 use crate::client::status::WaitArgs;
 use crate::client::url::ClientArgs;
@@ -54,17 +54,6 @@ pub enum Side {
     Install(InstallArgs),
     Handover(HandoverArgs),
     Inject(InjectArgs),
-}
-
-/// `install DEST`, as `crate::cli::InstallArgs` takes it (kept the same:
-/// one path and `--log-format`).
-#[derive(Debug, clap::Args)]
-pub struct InstallArgs {
-    #[arg(value_name = "DEST")]
-    pub dest: PathBuf,
-
-    #[command(flatten)]
-    pub log: LogArgs,
 }
 
 /// A command line as start-up accepted it.
