@@ -17,6 +17,11 @@
 //! The serving side reads the elector through [`elector::driver::Outlet`] and
 //! [`elector::driver::Heartbeat`]; the elector names nothing of the other
 //! sides, and the clients know a sidecar only over HTTP.
+//!
+//! [`inject`] (`leader-gate inject`, and `--check`) works on manifests, not
+//! on a running pod: a side above the others, it reads their flag
+//! definitions and validation to write and to check gated pods, and only
+//! [`cli`] names it.
 
 pub mod args;
 pub mod backoff;
