@@ -113,20 +113,10 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+# wait_for, free_port, start_fake_apiserver, leading.
+source "$(dirname "$0")/lib/fake-apiserver.sh"
 
-# Waits up to $1 seconds for the command after it to succeed.
-wait_for() {
-    local deadline=$((SECONDS + $1))
-    shift
-    until "$@" >/dev/null 2>&1; do
-        ((SECONDS < deadline)) || return 1
-        sleep 0.2
-    done
-}
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # --- 1. the image, twice -----------------------------------------------------
 scripts/build-image.sh "${build_args[@]}" --output "$work/first.tar" >/dev/null
@@ -256,16 +246,8 @@ out=$("${ctr[@]}" run --rm "$ref" image-check-version /usr/local/bin/leader-gate
 say "--version: $out"
 
 # serve, against the fake API server, until it leads.
-fake=${CARGO_TARGET_DIR:-target}/debug/examples/fake_apiserver
-cargo build --quiet --example fake_apiserver || fail "cannot build examples/fake_apiserver.rs"
 kube=$work/kube
-"$fake" "$kube" image-check >"$work/fake.out" 2>&1 &
-pids+=($!)
-wait_for 30 grep -q '^ready url=' "$work/fake.out" ||
-    fail "the fake API server did not start: $(cat "$work/fake.out")"
-ready=$(head -n1 "$work/fake.out")
-kubeconfig=${ready##*kubeconfig=}
-say "fake API server: $ready"
+start_fake_apiserver "$kube" image-check
 
 gate_port=$(free_port)
 admin_port=$(free_port)
@@ -279,12 +261,8 @@ admin_port=$(free_port)
     >"$work/serve.log" 2>&1 &
 serve=$!
 body=""
-leading() {
-    body=$(curl -s -m 2 -w ' %{http_code}' "http://127.0.0.1:$gate_port/leader") || return 1
-    [[ $body == *'"leading":true'*' 200' ]]
-}
 for _ in $(seq 150); do
-    leading && break
+    leading "$gate_port" && break
     kill -0 "$serve" 2>/dev/null || break
     sleep 0.2
 done

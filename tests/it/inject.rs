@@ -58,6 +58,20 @@ fn named<'a>(list: &'a [Node], name: &str) -> &'a Map {
         .unwrap_or_else(|| panic!("no {name}"))
 }
 
+/// The init containers of a file-gated pod, in the order they start.
+const FILE_GATED_INITS: [&str; 3] = [
+    "leader-gate-install",
+    "leader-gate",
+    "leader-gate-file-gate",
+];
+
+fn init_names(pod: &Map) -> Vec<&str> {
+    pod.seq("initContainers")
+        .iter()
+        .filter_map(|c| c.as_map()?.str("name"))
+        .collect()
+}
+
 fn strings(list: &[Node]) -> Vec<&str> {
     list.iter().filter_map(Node::as_str).collect()
 }
@@ -103,18 +117,7 @@ fn elastics_metricbeat_gets_its_unique_modules_on_the_leader_only_and_its_node_m
         .at(&["template", "spec"])
         .unwrap_or_else(|| panic!());
     let inits = pod.seq("initContainers");
-    let names: Vec<&str> = inits
-        .iter()
-        .filter_map(|c| c.as_map()?.str("name"))
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "leader-gate-install",
-            "leader-gate",
-            "leader-gate-file-gate"
-        ]
-    );
+    assert_eq!(init_names(pod), FILE_GATED_INITS);
     let gate = named(inits, "leader-gate-file-gate");
     let mapping = *strings(gate.seq("args")).last().unwrap();
     let (_, dst) = mapping.split_once(':').unwrap();
@@ -450,19 +453,7 @@ fn an_eck_beat_with_a_unique_provider_gets_the_file_gate_in_its_pod_template() {
     let pod = beat
         .at(&["spec", "daemonSet", "podTemplate", "spec"])
         .unwrap();
-    let names: Vec<&str> = pod
-        .seq("initContainers")
-        .iter()
-        .filter_map(|c| c.as_map()?.str("name"))
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "leader-gate-install",
-            "leader-gate",
-            "leader-gate-file-gate"
-        ]
-    );
+    assert_eq!(init_names(pod), FILE_GATED_INITS);
     let metricbeat = named(pod.seq("containers"), "metricbeat");
     assert!(metricbeat.at(&["lifecycle", "preStop", "exec"]).is_some());
     let (code, twice, err) = inject(&out, &[]);
@@ -658,12 +649,7 @@ fn a_prometheus_agent_of_the_operator_runs_prometheus_under_exec_with_probes_on_
             (Some(path), Some(&Node::Int(4041)))
         );
     }
-    let names: Vec<&str> = spec
-        .seq("initContainers")
-        .iter()
-        .filter_map(|c| c.as_map()?.str("name"))
-        .collect();
-    assert_eq!(names, ["leader-gate-install", "leader-gate"]);
+    assert_eq!(init_names(spec), ["leader-gate-install", "leader-gate"]);
     let serve = strings(named(spec.seq("initContainers"), "leader-gate").seq("args"));
     assert!(
         serve.contains(&"--collector-health-url=http://127.0.0.1:9090/-/healthy"),
