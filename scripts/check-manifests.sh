@@ -47,21 +47,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-KUBERNETES_VALIDATE=1.37.0
-CEL_PYTHON=0.5.0
-# Newest schema set in kubernetes-validate 1.37.0, and the oldest supported.
-KUBERNETES_VERSIONS=(1.37.0 1.29.0)
-
-installed=$(python3 -c 'import kubernetes_validate.version as v; print(v.__version__)' 2>/dev/null || true)
-if [ "$installed" != "$KUBERNETES_VALIDATE" ]; then
-    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-        "kubernetes-validate==$KUBERNETES_VALIDATE"
-fi
-installed=$(python3 -c 'import importlib.metadata as m; print(m.version("cel-python"))' 2>/dev/null || true)
-if [ "$installed" != "$CEL_PYTHON" ]; then
-    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-        "cel-python==$CEL_PYTHON"
-fi
+# The pins and KUBERNETES_VERSIONS.
+source scripts/lib/python-checks.sh
+pip_pin "kubernetes-validate==$KUBERNETES_VALIDATE" "cel-python==$CEL_PYTHON"
 if ! command -v kubectl >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq && apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null

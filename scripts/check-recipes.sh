@@ -18,17 +18,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-KUBERNETES_VALIDATE=1.37.0
-JSONSCHEMA=4.26.0
-KUBERNETES_VERSIONS=(1.37.0 1.29.0)
-
-for pin in "kubernetes-validate==$KUBERNETES_VALIDATE" "jsonschema==$JSONSCHEMA"; do
-    name=${pin%%==*}
-    installed=$(python3 -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null || true)
-    if [ "$installed" != "${pin##*==}" ]; then
-        python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "$pin"
-    fi
-done
+# The pins and KUBERNETES_VERSIONS.
+source scripts/lib/python-checks.sh
+pip_pin "kubernetes-validate==$KUBERNETES_VALIDATE" "jsonschema==$JSONSCHEMA"
 cargo build --quiet --bin leader-gate
 binary="${CARGO_TARGET_DIR:-target}/debug/leader-gate"
 
