@@ -162,17 +162,19 @@ fn file_gate_container(plan: &Plan, mapping: &str, placed_dir: &str, user: u64) 
         "name: {FILE_GATE}
 image: {image}
 restartPolicy: Always
-args: [file-gate, --log-format=json, --lease, {lease}, {mapping:?}]
+args: [file-gate, --log-format=json, --lease, {lease}, {mapping}]
 env: [{{name: LEADER_GATE_URL, value: 'unix:{SOCKET}'}}]
 volumeMounts:
   - {{name: {VOL_SOURCE}, mountPath: {SOURCE_DIR}, readOnly: true}}
-  - {{name: {VOL_PLACED}, mountPath: {placed_dir:?}}}
+  - {{name: {VOL_PLACED}, mountPath: {placed_dir}}}
   - {{name: {VOL_SOCKET}, mountPath: {SOCKET_DIR}, readOnly: true}}
 resources: {{requests: {{cpu: 5m, memory: 8Mi}}, limits: {{cpu: 100m, memory: 32Mi}}}}
 securityContext: {sec}
 ",
         image = q(&plan.image),
         lease = q(&plan.lease),
+        mapping = q(mapping),
+        placed_dir = q(placed_dir),
         sec = security(user),
     ))
 }
@@ -289,8 +291,8 @@ pub fn gate(
                 mounts,
                 "name",
                 parse(&format!(
-                    "{{name: {VOL_PLACED}, mountPath: {:?}, readOnly: true}}",
-                    file.placed_dir
+                    "{{name: {VOL_PLACED}, mountPath: {}, readOnly: true}}",
+                    q(&file.placed_dir)
                 )),
             ),
             None => mounts.retain(|m| m.as_map().and_then(|m| m.str("name")) != Some(VOL_PLACED)),
