@@ -103,19 +103,29 @@ pub struct Outcome {
     pub stderr: Vec<String>,
 }
 
+impl Outcome {
+    /// Nothing written: `code`, and one line saying why.
+    fn refused(code: u8, line: String) -> Outcome {
+        Outcome {
+            code,
+            stdout: String::new(),
+            stderr: vec![line],
+        }
+    }
+}
+
 /// Runs `inject` on its input (read here) and returns what to print.
 pub fn run(args: &InjectArgs) -> Outcome {
     let text = match read_input(&args.input) {
         Ok(text) => text,
         Err(error) => {
-            return Outcome {
-                code: crate::exit::NOINPUT,
-                stdout: String::new(),
-                stderr: vec![format!(
+            return Outcome::refused(
+                crate::exit::NOINPUT,
+                format!(
                     "leader-gate inject: cannot read {}: {error}",
                     args.input.display()
-                )],
-            };
+                ),
+            );
         }
     };
     run_on(args, &text)
@@ -126,14 +136,13 @@ pub fn run_on(args: &InjectArgs, text: &str) -> Outcome {
     let docs = match yaml::read_stream(text) {
         Ok(docs) => docs,
         Err(error) => {
-            return Outcome {
-                code: crate::exit::DATAERR,
-                stdout: String::new(),
-                stderr: vec![format!(
+            return Outcome::refused(
+                crate::exit::DATAERR,
+                format!(
                     "leader-gate inject: {} is not Kubernetes YAML: {error}",
                     args.input.display()
-                )],
-            };
+                ),
+            );
         }
     };
     if args.check {
@@ -159,11 +168,10 @@ pub fn run_on(args: &InjectArgs, text: &str) -> Outcome {
                         .map(|n| format!("leader-gate inject: {n}"))
                         .collect(),
                 },
-                Err(error) => Outcome {
-                    code: crate::exit::CANTCREAT,
-                    stdout: String::new(),
-                    stderr: vec![format!("leader-gate inject: {error}")],
-                },
+                Err(error) => Outcome::refused(
+                    crate::exit::CANTCREAT,
+                    format!("leader-gate inject: {error}"),
+                ),
             }
         }
         Ok(notes) => Outcome {
@@ -174,11 +182,7 @@ pub fn run_on(args: &InjectArgs, text: &str) -> Outcome {
                 .map(|n| format!("leader-gate inject: {n}"))
                 .collect(),
         },
-        Err(error) => Outcome {
-            code: 1,
-            stdout: String::new(),
-            stderr: vec![format!("leader-gate inject: {error}")],
-        },
+        Err(error) => Outcome::refused(1, format!("leader-gate inject: {error}")),
     }
 }
 
