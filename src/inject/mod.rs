@@ -14,6 +14,7 @@ use clap::Args;
 use crate::args::LogArgs;
 
 pub mod check;
+pub mod helm;
 pub mod metricbeat;
 pub mod otel;
 pub mod patch;
@@ -78,6 +79,15 @@ pub struct InjectArgs {
     /// what inject would print.
     #[arg(long, value_name = "DIR")]
     pub patch: Option<PathBuf>,
+
+    /// Print, instead of the stream, the values that make the OpenTelemetry
+    /// Collector chart render what inject would print, to pass after your
+    /// own: `helm template REL CHART -f FILE | leader-gate inject
+    /// --helm-values FILE > leader-gate.yaml`, then `helm upgrade REL CHART
+    /// -f FILE -f leader-gate.yaml`. FILE: the values files you render with,
+    /// in their order (repeat the flag), so lists you set keep your items.
+    #[arg(long = "helm-values", value_name = "FILE", conflicts_with_all = ["patch", "check"])]
+    pub helm_values: Vec<PathBuf>,
 
     /// The leader-gate image the pods run.
     #[arg(long, default_value = IMAGE)]
@@ -174,6 +184,24 @@ pub fn run_on(args: &InjectArgs, text: &str) -> Outcome {
                 ),
             }
         }
+        Ok(notes) if !args.helm_values.is_empty() => {
+            match helm_values(&args.helm_values, &original, &docs) {
+                Ok(values) => Outcome {
+                    code: 0,
+                    stdout: values,
+                    stderr: notes
+                        .into_iter()
+                        .chain(std::iter::once(
+                            "the values above go after your own: helm upgrade REL CHART -f YOURS… -f THESE".to_owned(),
+                        ))
+                        .map(|n| format!("leader-gate inject: {n}"))
+                        .collect(),
+                },
+                Err((code, error)) => {
+                    Outcome::refused(code, format!("leader-gate inject: --helm-values: {error}"))
+                }
+            }
+        }
         Ok(notes) => Outcome {
             code: 0,
             stdout: write_stream(&docs),
@@ -184,6 +212,37 @@ pub fn run_on(args: &InjectArgs, text: &str) -> Outcome {
         },
         Err(error) => Outcome::refused(1, format!("leader-gate inject: {error}")),
     }
+}
+
+/// `--helm-values`: the user's values files merged as Helm merges them,
+/// then what the chart needs on top to render `gated`.
+fn helm_values(
+    files: &[PathBuf],
+    rendered: &[Node],
+    gated: &[Node],
+) -> Result<String, (u8, String)> {
+    let mut values = yaml::Map::default();
+    for file in files {
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            (
+                crate::exit::NOINPUT,
+                format!("cannot read {}: {e}", file.display()),
+            )
+        })?;
+        match yaml::read_one(&text) {
+            Ok(Node::Map(map)) => helm::merge(&mut values, &map),
+            Ok(Node::Null) => {}
+            Ok(_) => {
+                return Err((
+                    crate::exit::DATAERR,
+                    format!("{} is not a mapping of values", file.display()),
+                ));
+            }
+            Err(e) => return Err((crate::exit::DATAERR, format!("{}: {e}", file.display()))),
+        }
+    }
+    let out = helm::values(rendered, gated, &values).map_err(|e| (1, e))?;
+    Ok(yaml::write_one(&out))
 }
 
 /// Writes `--patch DIR`; says what it wrote.
