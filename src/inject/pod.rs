@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::plan::{GateKind, Plan};
+use super::plan::{FilePlacement, GateKind, Plan};
 use super::workload::Collector;
 use super::yaml::{Map, Node, read_one};
 use crate::duration::HumanDuration;
@@ -28,6 +28,16 @@ pub const VOL_SOCKET: &str = "leader-gate-socket";
 pub const VOL_STATE: &str = "leader-gate-state";
 pub const VOL_SOURCE: &str = "leader-gate-leader-only";
 pub const VOL_PLACED: &str = "leader-gate-placed";
+
+/// The file gate's placement of `file`, kept in ConfigMap `config_map`
+/// (mounted at [`SOURCE_DIR`]), into `placed_dir`.
+pub fn file_placement(config_map: String, placed_dir: String, file: &str) -> FilePlacement {
+    FilePlacement {
+        config_map,
+        mapping: format!("{SOURCE_DIR}/{file}:{placed_dir}/{file}"),
+        placed_dir,
+    }
+}
 
 /// The annotation saying which version gated the pod template.
 pub const INJECTED: &str = "leader-gate.dev/injected";
