@@ -37,6 +37,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "upstream")
 GATED = [
     "elastic-beats-metricbeat-kubernetes.yaml",
+    "elastic-agent-standalone-kubernetes.yaml",
     "otel-helm-deployment-cluster-metrics.yaml",
     "otel-helm-daemonset-cluster-metrics.yaml",
     "prometheus-operator-prometheusagent.yaml",

@@ -7,8 +7,10 @@
 use std::time::Duration;
 
 use super::plan::FilePlacement;
-use super::pod::SOURCE_DIR;
-use super::workload::{Workload, config_map_doc, mounted_config_map};
+use super::pod::file_placement;
+use super::workload::{
+    Workload, config_map_doc, leader_config_map, mounted_config_map, put_leader_config_map, sharing,
+};
 use super::yaml::{Map, Node, read_one, write_one};
 use crate::duration::{HumanDuration, parse_duration};
 
@@ -85,24 +87,14 @@ pub fn convert(
                 "moved the `unique: true` autodiscover provider's modules into ConfigMap {leader_map} ({FILE}), placed only on the leader: {}",
                 names.join("; ")
             ));
-            let labels = docs[source.doc()]
-                .at(&["metadata"])
-                .and_then(|m| m.get("labels"))
-                .cloned();
-            let mut metadata = Map::default();
-            metadata.insert("name", Node::str(&leader_map));
-            metadata.insert("namespace", Node::str(&workload.namespace));
-            if let Some(labels) = labels {
-                metadata.insert("labels", labels);
-            }
-            let mut data = Map::default();
-            data.insert(FILE, Node::str(write_one(&Node::Seq(modules))));
-            let mut cm = Map::default();
-            cm.insert("apiVersion", Node::str("v1"));
-            cm.insert("kind", Node::str("ConfigMap"));
-            cm.insert("metadata", Node::Map(metadata));
-            cm.insert("data", Node::Map(data));
-            leader_cm = Some(Node::Map(cm));
+            leader_cm = Some(leader_config_map(
+                docs,
+                source.doc(),
+                &leader_map,
+                &workload.namespace,
+                FILE,
+                write_one(&Node::Seq(modules)),
+            ));
         }
     }
     // The modules directory: a glob over the image's and the gate's.
@@ -159,42 +151,14 @@ pub fn convert(
     };
     source.store(docs, config);
     if let Some(cm) = leader_cm {
-        match existing {
-            Some(at) => docs[at] = cm,
-            // Before the document holding the configuration (its ConfigMap,
-            // or the Beat): applied in order, it exists when pods start.
-            None => docs.insert(source.doc(), cm),
-        }
+        // Before the document holding the configuration (its ConfigMap, or the Beat).
+        put_leader_config_map(docs, existing, source.doc(), cm);
     }
     Ok(Converted {
-        placement: FilePlacement {
-            config_map: leader_map,
-            mapping: format!("{SOURCE_DIR}/{FILE}:{placed_dir}/{FILE}"),
-            placed_dir,
-        },
+        placement: file_placement(leader_map, placed_dir, FILE),
         reload_period,
         notes,
     })
-}
-
-/// Another workload of the stream that mounts the ConfigMap at `doc`.
-fn sharing(docs: &[Node], workload: &Workload, doc: usize) -> Option<String> {
-    let name = docs[doc].at_str_path(&["metadata", "name"])?;
-    super::workload::find(docs)
-        .into_iter()
-        .filter(|w| {
-            (&w.kind, &w.name) != (&workload.kind, &workload.name)
-                && w.namespace == workload.namespace
-        })
-        .find(|w| {
-            w.pod_spec(docs).is_some_and(|pod| {
-                pod.seq("volumes")
-                    .iter()
-                    .filter_map(Node::as_map)
-                    .any(|v| v.at_str(&["configMap", "name"]) == Some(name))
-            })
-        })
-        .map(|w| w.label())
 }
 
 /// `reload.period` of Metricbeat's `metricbeat.config.modules` settings: a

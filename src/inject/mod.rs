@@ -13,6 +13,7 @@ use clap::Args;
 
 use crate::args::LogArgs;
 
+pub mod agent;
 pub mod check;
 pub mod helm;
 pub mod metricbeat;
@@ -62,7 +63,8 @@ pub struct InjectArgs {
     pub container: Option<String>,
 
     /// The gate, instead of the one recommended for the collector: `file`
-    /// for Metricbeat (its `unique: true` modules placed on the leader),
+    /// for Metricbeat (its `unique: true` modules placed on the leader) and
+    /// a DaemonSet's Elastic Agent (its leader-elected inputs, in inputs.d),
     /// `exec` for a Deployment's collector (it runs only on the leader),
     /// `poll` (the sidecar only: the collector asks GET /leader).
     #[arg(long, value_enum)]
@@ -383,13 +385,16 @@ fn gate_one(
         .map(str::to_owned);
     let mut notes = Vec::new();
     let (file, reload) = match gate {
-        GateKind::File if kind == Collector::Metricbeat => {
-            let converted = metricbeat::convert(docs, w, &container)?;
+        GateKind::File if matches!(kind, Collector::Metricbeat | Collector::ElasticAgent) => {
+            let converted = match kind {
+                Collector::Metricbeat => metricbeat::convert(docs, w, &container)?,
+                _ => agent::convert(docs, w, &container)?,
+            };
             notes.extend(converted.notes);
             (Some(converted.placement), Some(converted.reload_period))
         }
         GateKind::File => {
-            return Err("--gate file is set up by inject for Metricbeat only (its modules directory); for another collector use docs/gates.md's file gate by hand, or --gate exec".to_owned());
+            return Err("--gate file is set up by inject for Metricbeat (its modules directory) and Elastic Agent (its inputs.d) only; for another collector use docs/gates.md's file gate by hand, or --gate exec".to_owned());
         }
         _ => (None, None),
     };

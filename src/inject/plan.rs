@@ -15,7 +15,8 @@ pub enum GateKind {
     /// `leader-gate exec -- COMMAND`: the whole collector runs only on the leader.
     Exec,
     /// `leader-gate file-gate`: a leader-only configuration file placed
-    /// where the collector live-reloads it (Metricbeat's modules directory).
+    /// where the collector live-reloads it (Metricbeat's modules directory,
+    /// Elastic Agent's inputs.d).
     File,
     /// The sidecar and the preStop hand-over only: the collector (or a
     /// script) asks `GET /leader` itself.
@@ -25,12 +26,12 @@ pub enum GateKind {
 impl GateKind {
     /// The gate the docs recommend for a collector in a workload: Metricbeat
     /// keeps its node modules everywhere and gets its cluster modules by
-    /// file; a collector of a Deployment runs whole on the leader.
+    /// file, and so does a DaemonSet's Elastic Agent with the inputs its own
+    /// election ran; a collector of a Deployment runs whole on the leader.
     pub fn recommended(collector: Collector, per_node: bool) -> Result<GateKind, String> {
         match (collector, per_node) {
-            (Collector::Metricbeat, _) => Ok(GateKind::File),
+            (Collector::Metricbeat, _) | (Collector::ElasticAgent, true) => Ok(GateKind::File),
             (_, false) => Ok(GateKind::Exec),
-            (Collector::ElasticAgent, true) => Err("Elastic Agent in a DaemonSet elects its own leader (the kubernetes_leaderelection provider); inject does not convert that: keep it, or gate a Deployment of the agent with --gate exec".to_owned()),
             (_, true) => Err("a DaemonSet's collector does node work on every pod: pass --gate exec to run it on one node only, or --gate poll".to_owned()),
         }
     }
@@ -80,7 +81,8 @@ impl Timings {
 
     /// The timings for a gate, as docs/timing.md "Which timings" lists them:
     /// the defaults for `exec` and a poll; for a file that the collector
-    /// reloads every `reload_period`, a margin and a gate lag above it.
+    /// reloads every `reload_period` (Metricbeat's modules, Elastic Agent's
+    /// inputs.d: both 10 s by default), a margin and a gate lag above it.
     pub fn for_gate(gate: GateKind, reload_period: Option<Duration>) -> Timings {
         let s = Duration::from_secs;
         match (gate, reload_period) {

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::plan::{GateKind, Plan};
+use super::plan::{FilePlacement, GateKind, Plan};
 use super::workload::Collector;
 use super::yaml::{Map, Node, read_one};
 use crate::duration::HumanDuration;
@@ -28,6 +28,16 @@ pub const VOL_SOCKET: &str = "leader-gate-socket";
 pub const VOL_STATE: &str = "leader-gate-state";
 pub const VOL_SOURCE: &str = "leader-gate-leader-only";
 pub const VOL_PLACED: &str = "leader-gate-placed";
+
+/// The file gate's placement of `file`, kept in ConfigMap `config_map`
+/// (mounted at [`SOURCE_DIR`]), into `placed_dir`.
+pub fn file_placement(config_map: String, placed_dir: String, file: &str) -> FilePlacement {
+    FilePlacement {
+        config_map,
+        mapping: format!("{SOURCE_DIR}/{file}:{placed_dir}/{file}"),
+        placed_dir,
+    }
+}
 
 /// The annotation saying which version gated the pod template.
 pub const INJECTED: &str = "leader-gate.dev/injected";
@@ -352,17 +362,21 @@ pub fn gate(
     upsert(inits, "name", sidecar_container(plan));
     match placed {
         Some(file) => {
-            // The copy must belong to the collector's user: Metricbeat's
+            // The copy belongs to the collector's user: Metricbeat's
             // strict.perms loads a module file only if its owner is root or
-            // the user Metricbeat runs as.
+            // the user Metricbeat runs as. Elastic Agent checks no owner
+            // (super::agent), but its own user can always read it.
             let user = match (user, kind) {
                 (Some(user), _) => user,
-                // Elastic's images run as `metricbeat`, 1000.
+                // Elastic's images run as `metricbeat` / `elastic-agent`, 1000.
                 (None, Collector::Metricbeat | Collector::ElasticAgent) => 1000,
                 (None, _) => 65532,
             };
             if user == 0 {
-                notes.push("the file gate runs as root (uid 0), the collector's user: Metricbeat loads only module files owned by root or by itself".to_owned());
+                notes.push(match kind {
+                    Collector::ElasticAgent => "the file gate runs as root (uid 0), the agent's user, so the copy is the agent's own (the agent checks no owner of its inputs.d files)",
+                    _ => "the file gate runs as root (uid 0), the collector's user: Metricbeat loads only module files owned by root or by itself",
+                }.to_owned());
             }
             upsert(
                 inits,

@@ -133,6 +133,59 @@ pub fn config_map_doc(docs: &[Node], namespace: &str, name: &str) -> Option<usiz
     })
 }
 
+/// Another workload of the stream, in `workload`'s namespace, that mounts
+/// the ConfigMap at `doc`: a conversion of its configuration for one
+/// would change the other's.
+pub fn sharing(docs: &[Node], workload: &Workload, doc: usize) -> Option<String> {
+    let name = docs[doc].at_str_path(&["metadata", "name"])?;
+    find(docs)
+        .into_iter()
+        .filter(|w| {
+            (&w.kind, &w.name) != (&workload.kind, &workload.name)
+                && w.namespace == workload.namespace
+        })
+        .find(|w| {
+            w.pod_spec(docs).is_some_and(|pod| {
+                pod.seq("volumes")
+                    .iter()
+                    .filter_map(Node::as_map)
+                    .any(|v| v.at_str(&["configMap", "name"]) == Some(name))
+            })
+        })
+        .map(|w| w.label())
+}
+
+/// A leader-only ConfigMap `name` in `namespace` holding `text` at `key`,
+/// with the labels of the object at `source` (the configuration it was
+/// taken from).
+pub fn leader_config_map(
+    docs: &[Node],
+    source: usize,
+    name: &str,
+    namespace: &str,
+    key: &str,
+    text: String,
+) -> Node {
+    let labels = docs[source]
+        .at(&["metadata"])
+        .and_then(|m| m.get("labels"))
+        .cloned();
+    let mut metadata = Map::default();
+    metadata.insert("name", Node::str(name));
+    metadata.insert("namespace", Node::str(namespace));
+    if let Some(labels) = labels {
+        metadata.insert("labels", labels);
+    }
+    let mut data = Map::default();
+    data.insert(key, Node::str(text));
+    let mut cm = Map::default();
+    cm.insert("apiVersion", Node::str("v1"));
+    cm.insert("kind", Node::str("ConfigMap"));
+    cm.insert("metadata", Node::Map(metadata));
+    cm.insert("data", Node::Map(data));
+    Node::Map(cm)
+}
+
 /// The `configMap` of the volume a container's `mount` names, in `pod`.
 pub fn mounted_config_map<'a>(pod: &'a Map, mount: &Map) -> Option<&'a Map> {
     pod.seq("volumes")
@@ -140,6 +193,37 @@ pub fn mounted_config_map<'a>(pod: &'a Map, mount: &Map) -> Option<&'a Map> {
         .filter_map(Node::as_map)
         .find(|v| v.str("name") == mount.str("name"))?
         .map("configMap")
+}
+
+/// Puts a leader-only ConfigMap in the stream: in place of the one an
+/// earlier run wrote (at `existing`), else before the document at `before`
+/// (the configuration it came from), so that, applied in order, it exists
+/// when the pods start.
+pub fn put_leader_config_map(
+    docs: &mut Vec<Node>,
+    existing: Option<usize>,
+    before: usize,
+    cm: Node,
+) {
+    match existing {
+        Some(at) => docs[at] = cm,
+        None => docs.insert(before, cm),
+    }
+}
+
+/// The key a ConfigMap volume (`configMap` of a pod's volume) holds at
+/// `inside`, a path in the volume: the key itself, or the one `items` puts
+/// there.
+pub fn config_map_key(volume: &Map, inside: &str) -> Option<String> {
+    match volume.get("items") {
+        Some(Node::Seq(items)) => items
+            .iter()
+            .filter_map(Node::as_map)
+            .find(|i| i.str("path") == Some(inside))?
+            .str("key")
+            .map(str::to_owned),
+        _ => Some(inside.to_owned()),
+    }
 }
 
 /// The name of the leader-only copy of a collector container, after the

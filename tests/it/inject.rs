@@ -362,21 +362,15 @@ fn a_deployments_collector_runs_under_exec_with_its_own_command_and_args() {
 
 #[test]
 fn collectors_it_cannot_gate_well_are_refused_with_the_way_out() {
-    for (name, says) in [
-        (
-            "elastic-agent-standalone-kubernetes.yaml",
-            "kubernetes_leaderelection",
-        ),
-        (
-            "otel-operator-collector-k8scluster.yaml",
-            "owns its collector's command",
-        ),
-    ] {
-        let (code, out, err) = inject(&fixture(name), &[]);
-        assert_eq!(code, 1, "{name}: {err}");
-        assert!(out.is_empty(), "{name}: nothing written on a refusal");
-        assert!(err.contains(says), "{name}: {err}");
-    }
+    // Elastic Agent's own election is converted now (the agent tests below).
+    let (name, says) = (
+        "otel-operator-collector-k8scluster.yaml",
+        "owns its collector's command",
+    );
+    let (code, out, err) = inject(&fixture(name), &[]);
+    assert_eq!(code, 1, "{name}: {err}");
+    assert!(out.is_empty(), "{name}: nothing written on a refusal");
+    assert!(err.contains(says), "{name}: {err}");
 }
 
 #[test]
@@ -585,6 +579,24 @@ fn a_service_account_of_the_workloads_name_is_kept_as_it_is() {
     );
 }
 
+/// Fixture `name` and, after it, a copy of its DaemonSet named `copy`,
+/// which mounts the same ConfigMaps.
+fn with_a_second_daemonset(name: &str, copy: &str) -> String {
+    let one = fixture(name);
+    let ds: Vec<Node> = read_stream(&one)
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.as_map().and_then(|m| m.str("kind")) == Some("DaemonSet"))
+        .map(|mut d| {
+            d.at_mut(&["metadata"])
+                .unwrap()
+                .insert("name", Node::str(copy));
+            d
+        })
+        .collect();
+    format!("{one}\n{}", write_stream(&ds))
+}
+
 #[test]
 fn what_would_break_is_refused_naming_why() {
     for (input, args, says) in [
@@ -605,20 +617,8 @@ fn what_would_break_is_refused_naming_why() {
         assert!(err.contains(says), "{says}: {err}");
     }
     // Two DaemonSets reading one ConfigMap: converting it for one changes the other.
-    let one = fixture("elastic-beats-metricbeat-kubernetes.yaml");
-    let ds: Vec<Node> = read_stream(&one)
-        .unwrap()
-        .into_iter()
-        .filter(|d| d.as_map().and_then(|m| m.str("kind")) == Some("DaemonSet"))
-        .map(|mut d| {
-            d.at_mut(&["metadata"])
-                .unwrap()
-                .insert("name", Node::str("mb2"));
-            d
-        })
-        .collect();
     let (code, _, err) = inject(
-        &format!("{one}\n{}", write_stream(&ds)),
+        &with_a_second_daemonset("elastic-beats-metricbeat-kubernetes.yaml", "mb2"),
         &["--workload", "DaemonSet/metricbeat"],
     );
     assert_eq!(code, 1, "{err}");
@@ -677,4 +677,281 @@ fn an_unset_grace_period_that_covers_the_shutdown_is_left_unset() {
     let (code, out, err) = inject(&text.replacen(old, "", 1), &[]);
     assert_eq!(code, 0, "{err}");
     assert!(!out.contains("terminationGracePeriodSeconds"), "{err}");
+}
+
+const AGENT: &str = "elastic-agent-standalone-kubernetes.yaml";
+
+/// Elastic's standalone agent manifest with `old` replaced by `new` (once, asserted).
+fn agent_with(old: &str, new: &str) -> String {
+    let text = fixture(AGENT);
+    assert_eq!(
+        text.matches(old).count(),
+        1,
+        "{old:?} not once in the fixture"
+    );
+    text.replacen(old, new, 1)
+}
+
+/// The agent's settings (agent.yml) and the leader-only file's inputs in a gated stream.
+fn agent_files(docs: &[Node]) -> (Map, Vec<Node>) {
+    let yml = |kind: &str, name: &str, key: &str| {
+        read_one(find(docs, kind, name).at_str(&["data", key]).unwrap()).unwrap()
+    };
+    let settings = yml("ConfigMap", "agent-node-datastreams", "agent.yml");
+    let leader = yml(
+        "ConfigMap",
+        "elastic-agent-standalone-leader-only",
+        "leader-only.yml",
+    );
+    (
+        settings.as_map().unwrap().clone(),
+        leader.as_map().unwrap().seq("inputs").to_vec(),
+    )
+}
+
+fn ids(inputs: &[Node]) -> Vec<&str> {
+    inputs
+        .iter()
+        .filter_map(|i| i.as_map()?.str("id"))
+        .collect()
+}
+
+#[test]
+fn elastics_agent_gets_its_leader_elected_inputs_on_the_leader_only_and_its_node_inputs_everywhere()
+{
+    let (code, out, err) = inject(&fixture(AGENT), &[]);
+    assert_eq!(code, 0, "{err}");
+    let docs = read_stream(&out).unwrap();
+    let (settings, leader) = agent_files(&docs);
+    // The input its own election ran moved, without its condition, with
+    // every stream it had; the node inputs stay on every pod.
+    assert_eq!(ids(&leader), ["kubernetes-cluster-metrics"]);
+    let input = leader[0].as_map().unwrap();
+    assert!(input.get("condition").is_none(), "{input:?}");
+    let sets: Vec<&str> = input
+        .seq("streams")
+        .iter()
+        .flat_map(|s| strings(s.as_map().unwrap().seq("metricsets")))
+        .collect();
+    for wanted in ["apiserver", "event", "state_node", "state_pod"] {
+        assert!(sets.contains(&wanted), "{wanted} not leader-only: {sets:?}");
+    }
+    assert_eq!(
+        ids(settings.seq("inputs")),
+        [
+            "system-logs",
+            "windows-event-log",
+            "container-log-${kubernetes.pod.name}-${kubernetes.container.id}",
+            "audit-log",
+            "system-metrics",
+            "kubernetes-node-metrics"
+        ]
+    );
+    // Its own election off; the reload that places and drops the file
+    // written out, at the agent's default period.
+    assert_eq!(
+        settings.dotted(&["providers", "kubernetes_leaderelection", "enabled"]),
+        Some(&Node::Bool(false))
+    );
+    assert_eq!(
+        settings
+            .dotted(&["agent", "reload", "period"])
+            .and_then(Node::as_str),
+        Some("10s")
+    );
+    // The file gate places it in the inputs.d the image's entrypoint reads
+    // (no CONFIG_PATH or STATE_PATH), as the agent's own user, root here.
+    let ds = find(&docs, "DaemonSet", "elastic-agent-standalone");
+    let pod = ds.map("spec").unwrap().at(&["template", "spec"]).unwrap();
+    assert_eq!(init_names(pod), FILE_GATED_INITS);
+    let gate = named(pod.seq("initContainers"), "leader-gate-file-gate");
+    assert_eq!(
+        strings(gate.seq("args")).last(),
+        Some(
+            &"/etc/leader-gate/leader-only/leader-only.yml:/usr/share/elastic-agent/state/inputs.d/leader-only.yml"
+        )
+    );
+    assert_eq!(
+        gate.at(&["securityContext"])
+            .and_then(|s| s.get("runAsUser")),
+        Some(&Node::Int(0))
+    );
+    let agent = named(pod.seq("containers"), "elastic-agent-standalone");
+    let placed = named(agent.seq("volumeMounts"), "leader-gate-placed");
+    assert_eq!(
+        placed.str("mountPath"),
+        Some("/usr/share/elastic-agent/state/inputs.d")
+    );
+    assert_eq!(placed.get("readOnly"), Some(&Node::Bool(true)));
+    assert_eq!(
+        strings(agent.seq("args")),
+        ["-c", "/etc/elastic-agent/agent.yml", "-e"]
+    );
+    // Metricbeat's timings: the same 10 s reload period.
+    let sidecar = strings(named(pod.seq("initContainers"), "leader-gate").seq("args"));
+    for flag in [
+        "--lease-duration=30s",
+        "--renew-deadline=15s",
+        "--gate-lag=12s",
+    ] {
+        assert!(sidecar.contains(&flag), "{flag}: {sidecar:?}");
+    }
+    // What changed, one line each.
+    for said in [
+        "moved the inputs its own leader election ran once per cluster into ConfigMap elastic-agent-standalone-leader-only",
+        "providers.kubernetes_leaderelection.enabled: false",
+        "agent.reload.period: 10s",
+        "the file gate runs as root (uid 0), the agent's user",
+    ] {
+        assert_eq!(err.matches(said).count(), 1, "{said}: {err}");
+    }
+}
+
+#[test]
+fn the_gated_agent_passes_its_own_check_and_a_second_run_changes_no_byte() {
+    let once = gated(AGENT);
+    assert_eq!(check(&once), (0, String::new()));
+    let (code, err) = check(&fixture(AGENT));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("nothing here runs leader-gate"), "{err}");
+    let (code, twice, err) = inject(&once, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(once, twice, "the second run changed the stream");
+}
+
+#[test]
+fn an_agent_leader_condition_joined_by_and_keeps_its_other_terms_on_the_leader() {
+    let input = agent_with(
+        "condition: ${kubernetes_leaderelection.leader} == true\n",
+        "condition: ${host.platform} == 'linux' and ${kubernetes_leaderelection.leader} == true\n",
+    );
+    let (code, out, err) = inject(&input, &[]);
+    assert_eq!(code, 0, "{err}");
+    let (_, leader) = agent_files(&read_stream(&out).unwrap());
+    assert_eq!(
+        leader[0].as_map().unwrap().str("condition"),
+        Some("${host.platform} == 'linux'")
+    );
+    assert!(
+        err.contains("input kubernetes-cluster-metrics keeps the rest of its condition on the leader: ${host.platform} == 'linux'"),
+        "{err}"
+    );
+    assert_eq!(check(&out), (0, String::new()));
+}
+
+#[test]
+fn an_agent_whose_reload_is_off_gets_it_on_and_its_own_period_sets_the_timings() {
+    let input = agent_with(
+        "    agent:\n      monitoring:\n",
+        "    agent:\n      reload: {enabled: false, period: 5s}\n      monitoring:\n",
+    );
+    let (code, out, err) = inject(&input, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("agent.reload.enabled: true"), "{err}");
+    assert!(
+        !err.contains("agent.reload.period"),
+        "its own is kept: {err}"
+    );
+    // A 5 s period: gate lag 7 s, a margin of 10 s.
+    assert!(
+        out.contains("--gate-lag=7s") && out.contains("--lease-duration=20s"),
+        "{out}"
+    );
+    let (settings, _) = agent_files(&read_stream(&out).unwrap());
+    assert_eq!(
+        settings.dotted(&["agent", "reload", "enabled"]),
+        Some(&Node::Bool(true))
+    );
+    assert_eq!(check(&out), (0, String::new()));
+}
+
+#[test]
+fn an_agent_inject_cannot_convert_safely_is_refused_naming_why() {
+    let leader = "condition: ${kubernetes_leaderelection.leader} == true\n";
+    let env = "            - name: ELASTIC_NETINFO\n";
+    let refused = [
+        // Without the leader term an `or` means something else on the leader.
+        (
+            agent_with(
+                leader,
+                "condition: ${kubernetes_leaderelection.leader} == true or ${host.platform} == 'linux'\n",
+            ),
+            "is an `or`",
+        ),
+        // A stream's condition: only whole inputs move.
+        (
+            agent_with(
+                "            metricsets:\n              - proxy\n",
+                "            condition: ${kubernetes_leaderelection.leader} == true\n            metricsets:\n              - proxy\n",
+            ),
+            "names kubernetes_leaderelection where inject cannot move it (inputs[",
+        ),
+        // ... nor a stream's of an input that moves.
+        (
+            agent_with(
+                "            metricsets:\n              - apiserver\n",
+                "            condition: ${kubernetes_leaderelection.leader} == true\n            metricsets:\n              - apiserver\n",
+            ),
+            "inputs[0] (kubernetes-cluster-metrics) names kubernetes_leaderelection beside its condition (inputs[0].streams[0].condition)",
+        ),
+        (
+            agent_with(&format!("        {leader}"), ""),
+            "no input whose condition is",
+        ),
+        // Where inputs.d is, from a Secret or the downward API: unknown here.
+        (
+            agent_with(
+                env,
+                "            - name: STATE_PATH\n              valueFrom: {secretKeyRef: {name: s, key: k}}\n            - name: ELASTIC_NETINFO\n",
+            ),
+            "takes STATE_PATH from elsewhere",
+        ),
+        (
+            agent_with(
+                env,
+                "            - name: FLEET_ENROLL\n              value: \"1\"\n            - name: ELASTIC_NETINFO\n",
+            ),
+            "enrolls in Fleet (FLEET_ENROLL)",
+        ),
+        (
+            agent_with(
+                "          args: [\"-c\",",
+                "          command: [/usr/share/elastic-agent/elastic-agent]\n          args: [\"-c\",",
+            ),
+            "sets a command of its own",
+        ),
+        // Elastic's hints setup already mounts a volume at inputs.d.
+        (
+            agent_with(
+                "            # - name: external-inputs\n            #   mountPath",
+                "            - name: external-inputs\n              mountPath",
+            )
+            .replacen(
+                "        # - name: external-inputs\n        #   emptyDir",
+                "        - name: external-inputs\n          emptyDir",
+                1,
+            ),
+            "already mounts volume external-inputs at /usr/share/elastic-agent/state/inputs.d",
+        ),
+    ];
+    // ECK's Agent: the operator writes what inject would have to read.
+    let eck = "apiVersion: agent.k8s.elastic.co/v1alpha1\nkind: Agent\nmetadata: {name: a, namespace: n}\nspec:\n  version: 8.19.7\n  daemonSet:\n    podTemplate:\n      spec:\n        containers: [{name: agent}]\n".to_owned();
+    for (input, says) in refused
+        .into_iter()
+        .chain([(eck, "ECK's Agent: the operator writes")])
+    {
+        let (code, out, err) = inject(&input, &[]);
+        assert_eq!((code, out.is_empty()), (1, true), "{says}: {err}");
+        assert!(err.contains(says), "{says}: {err}");
+    }
+    // A second DaemonSet reading the agent's ConfigMap.
+    let (code, _, err) = inject(
+        &with_a_second_daemonset(AGENT, "agent2"),
+        &["--workload", "DaemonSet/elastic-agent-standalone"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("ConfigMap agent-node-datastreams is also mounted by DaemonSet/agent2"),
+        "{err}"
+    );
 }

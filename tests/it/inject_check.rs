@@ -635,3 +635,73 @@ fn cluster_receivers_outside_exec_or_a_gated_collectors_own_election_are_refused
         "{findings:?}"
     );
 }
+
+/// Elastic's standalone agent as `inject` gates it, with `old` (there once)
+/// replaced by `new`: it passes as gated, and broken so it has exactly one
+/// finding, on the agent's container, containing `what`.
+fn agent_one_finding(old: &str, new: &str, what: &str) {
+    let gated = gated_fixture("elastic-agent-standalone-kubernetes.yaml");
+    assert_eq!(check(&gated), (0, vec![]));
+    assert_eq!(gated.matches(old).count(), 1, "{old:?}");
+    let (code, findings) = check(&gated.replacen(old, new, 1));
+    assert_eq!(code, 1, "{findings:#?}");
+    assert_eq!(findings.len(), 1, "exactly one thing broke: {findings:#?}");
+    let at = "DaemonSet/elastic-agent-standalone container elastic-agent-standalone: ";
+    assert!(
+        findings[0].starts_with(at) && findings[0].contains(what),
+        "expected `{at}…{what}…`, got {findings:#?}"
+    );
+}
+
+#[test]
+fn a_gated_agent_still_electing_its_own_leader_for_an_input_is_refused() {
+    // In its own configuration, where it runs on every pod the agent elects...
+    agent_one_finding(
+        "    - id: system-logs\n",
+        "    - id: system-logs\n      condition: ${kubernetes_leaderelection.leader} == true\n",
+        "agent.yml of ConfigMap agent-node-datastreams still names kubernetes_leaderelection (inputs[0].condition)",
+    );
+    // ... and in the leader-only file, where, the provider off, it runs nowhere.
+    agent_one_finding(
+        "    - id: kubernetes-cluster-metrics\n",
+        "    - id: kubernetes-cluster-metrics\n      condition: ${kubernetes_leaderelection.leader} == true\n",
+        "the file gate's file leader-only.yml of ConfigMap elastic-agent-standalone-leader-only still names kubernetes_leaderelection (inputs[0].condition)",
+    );
+}
+
+#[test]
+fn a_gated_agent_with_its_leader_election_provider_on_is_refused() {
+    agent_one_finding(
+        "providers.kubernetes_leaderelection.enabled: false",
+        "providers.kubernetes_leaderelection.enabled: true",
+        "the agent's kubernetes_leaderelection provider is not disabled",
+    );
+}
+
+#[test]
+fn a_file_gate_placing_outside_the_inputs_d_the_agent_reads_is_refused() {
+    // CONFIG_PATH moves inputs.d; the file gate still places into the default.
+    agent_one_finding(
+        "        - name: ELASTIC_NETINFO\n",
+        "        - name: CONFIG_PATH\n          value: /etc/elastic-agent\n        - name: ELASTIC_NETINFO\n",
+        "the file gate's DST /usr/share/elastic-agent/state/inputs.d/leader-only.yml is not a *.yml in /etc/elastic-agent/inputs.d",
+    );
+}
+
+#[test]
+fn a_gated_agent_that_does_not_reload_is_refused() {
+    agent_one_finding(
+        "      reload.period: 10s\n",
+        "      reload: {enabled: false, period: 10s}\n",
+        "agent.reload.enabled is false",
+    );
+}
+
+#[test]
+fn an_agent_reload_period_beyond_the_gate_lag_is_refused() {
+    agent_one_finding(
+        "      reload.period: 10s\n",
+        "      reload.period: 20s\n",
+        "agent.reload.period 20s (agent.yml of ConfigMap agent-node-datastreams) must be below the margin 15s and at most --gate-lag 12s",
+    );
+}

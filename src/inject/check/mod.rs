@@ -8,12 +8,14 @@
 //! hooks and installed binaries; [`rbac`]: what the pod's service account
 //! may do to its Leases; [`metricbeat`]: Metricbeat's modules glob and
 //! reload period against a file gate, and its strict.perms against the
-//! file gate's user and mode). The project's own policy for its
+//! file gate's user and mode; [`agent`]: Elastic Agent's inputs.d, reload
+//! period and own leader election against a file gate). The project's own policy for its
 //! shipped manifests (user, image pin, resources…) stays in
 //! scripts/check_manifests.py, which runs this check for the wiring.
 
 use super::yaml::{Map, Node};
 
+mod agent;
 mod line;
 mod metricbeat;
 mod otel;

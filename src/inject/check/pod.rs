@@ -4,15 +4,15 @@
 //! sidecar's identity from the downward API, readiness, the pod-wide
 //! timing rules of [`crate::timing`], the gate socket, the preStop hooks,
 //! the binaries `install` puts in the collector's containers, the Lease
-//! each gate follows, `--state-dir`; then [`super::rbac`] and
-//! [`super::metricbeat`].
+//! each gate follows, `--state-dir`; then [`super::rbac`],
+//! [`super::metricbeat`] and [`super::agent`].
 
 use std::time::Duration;
 
 use super::Stream;
 use super::line::{self, Env, Parsed, ServeArgsSeen, Side};
 use super::workload::{Container, Pod};
-use super::{metricbeat, otel, rbac};
+use super::{agent, metricbeat, otel, rbac};
 use crate::client::file_gate::Mapping;
 use crate::client::url::ClientArgs;
 use crate::duration::HumanDuration;
@@ -610,6 +610,16 @@ fn file_gate_mapping(
                 pod,
                 reader,
                 file_gate,
+                &seen_as,
+                sidecar.config,
+                out,
+            );
+            agent::check(
+                stream,
+                pod,
+                reader,
+                gate,
+                src,
                 &seen_as,
                 sidecar.config,
                 out,
