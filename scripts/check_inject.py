@@ -6,11 +6,13 @@ Usage: check_inject.py LEADER_GATE_BINARY WORKDIR KUBERNETES_VERSION...
 For each upstream manifest in tests/fixtures/upstream/ that inject gates (and
 ECK's Beat recipe with a kube-state-metrics provider added, as Elastic's own
 manifest has one; the chart's Deployment with an init container of its own,
-which must keep running first):
+which must keep running first; the OpenTelemetry Operator's e2e collector
+with an image, whose every pipeline is cluster-wide):
 
 - the gated stream passes the Kubernetes schemas (kubernetes-validate,
-  strict, every version given) and, for ECK's Beat, the CRD in
-  examples/schemas/ (check_recipes.py's validators);
+  strict, every version given) and, for ECK's Beat and the OpenTelemetry
+  Operator's OpenTelemetryCollector, the CRD in examples/schemas/
+  (check_recipes.py's validators);
 - `leader-gate inject --check` finds nothing in it;
 - `leader-gate inject --patch DIR` with the upstream file in DIR renders,
   through `kubectl kustomize DIR`, the same objects as the gated stream:
@@ -41,6 +43,7 @@ GATED = [
     "otel-helm-deployment-cluster-metrics.yaml",
     "otel-helm-daemonset-cluster-metrics.yaml",
     "prometheus-operator-prometheusagent.yaml",
+    "otel-kube-stack-daemon.yaml",
 ]
 # Kinds whose CRD this repository does not keep (examples/schemas/): their
 # objects are checked by `inject --check` only, and the output says so.
@@ -78,6 +81,19 @@ def deployment_with_init_container(workdir):
     return path
 
 
+def operator_collector_with_image(workdir):
+    """The operator's e2e collector (k8s_cluster its only receiver) with the
+    image it leaves to the operator's --collector-image: inject keeps the
+    operator's collector on an idle nop pipeline."""
+    with open(os.path.join(FIXTURES, "otel-operator-collector-k8scluster.yaml")) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    docs[0]["spec"]["image"] = "otel/opentelemetry-collector-contrib:0.158.0"
+    path = os.path.join(workdir, "otel-operator-collector-with-image.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump_all(docs, f, sort_keys=False)
+    return path
+
+
 def normal(node, field=""):
     """Nulls dropped; lists merged by key sorted by it (init containers kept in order)."""
     if isinstance(node, dict):
@@ -103,7 +119,8 @@ def main():
     binary, workdir, versions = sys.argv[1], sys.argv[2], sys.argv[3:]
     crds = check_recipes.load_crds(os.path.join(ROOT, "examples", "schemas"))
     inputs = [os.path.join(FIXTURES, n) for n in GATED] + [
-        eck_with_unique_provider(workdir), deployment_with_init_container(workdir)]
+        eck_with_unique_provider(workdir), deployment_with_init_container(workdir),
+        operator_collector_with_image(workdir)]
     failed = 0
     for path in inputs:
         name = os.path.basename(path)
@@ -116,6 +133,7 @@ def main():
         check_recipes.findings.clear()
         with open(path) as f:
             upstream = [d for d in yaml.safe_load_all(f) if d]
+        with_crd = False
         for doc in yaml.safe_load_all(gated):
             if not doc:
                 continue
@@ -128,6 +146,7 @@ def main():
                 print(f"note {where}: no CRD schema here, checked by inject --check only")
                 continue
             if key in crds:
+                with_crd = True
                 validator, _ = crds[key]
                 for error in validator.iter_errors(doc):
                     check_recipes.bad(where, f"{error.message} at {check_recipes.error_path(error)}")
@@ -138,7 +157,7 @@ def main():
             print("\n".join("     " + f for f in check_recipes.findings))
             failed += 1
         else:
-            print(f"ok   schemas {name} (Kubernetes {' '.join(versions)}{', CRD' if 'eck' in name else ''})")
+            print(f"ok   schemas {name} (Kubernetes {' '.join(versions)}{', CRD' if with_crd else ''})")
         checked = run([binary, "inject", "--check"], input=gated)
         if checked.returncode != 0:
             print(f"FAIL inject --check {name}\n{checked.stderr}")

@@ -18,6 +18,7 @@ pub mod check;
 pub mod helm;
 pub mod metricbeat;
 pub mod otel;
+pub mod otel_operator;
 pub mod patch;
 pub mod plan;
 pub mod pod;
@@ -52,8 +53,9 @@ pub struct InjectArgs {
 
     /// Gate only this workload (NAME or KIND/NAME; repeat for several).
     /// Without it, every DaemonSet, Deployment, StatefulSet, ECK
-    /// Beat/Agent and prometheus-operator Prometheus/PrometheusAgent whose
-    /// collector inject knows.
+    /// Beat/Agent, prometheus-operator Prometheus/PrometheusAgent and
+    /// OpenTelemetry Operator OpenTelemetryCollector whose collector inject
+    /// knows.
     #[arg(long = "workload", value_name = "NAME")]
     pub workloads: Vec<String>,
 
@@ -297,7 +299,7 @@ pub fn inject(docs: &mut Vec<Node>, args: &InjectArgs) -> Result<Vec<String>, St
             let found = all
                 .iter()
                 .find(|w| *wanted == w.name || *wanted == w.label())
-                .ok_or_else(|| format!("no workload {wanted} in the input (DaemonSet, Deployment, StatefulSet, Beat, Agent, Prometheus, PrometheusAgent)"))?;
+                .ok_or_else(|| format!("no workload {wanted} in the input (DaemonSet, Deployment, StatefulSet, Beat, Agent, Prometheus, PrometheusAgent, OpenTelemetryCollector)"))?;
             chosen.push(found.clone());
         }
         chosen
@@ -342,8 +344,10 @@ fn unsupported(docs: &[Node]) -> Option<String> {
     docs.iter().filter_map(Node::as_map).find_map(|d| {
         let name = d.at_str(&["metadata", "name"]).unwrap_or("?");
         match d.str("kind")? {
-            "OpenTelemetryCollector" => Some(format!(
-                "OpenTelemetryCollector/{name}: the OpenTelemetry Operator owns its collector's command, so inject cannot wrap it; gate it as docs/recipes.md \"OpenTelemetry Operator\" shows (a second collector in additionalContainers under leader-gate exec), or render the collector and gate that"
+            workload::OTEL_KIND if d.at_str(&["spec", "mode"]) == Some("sidecar") => Some(format!(
+                "{}/{name}: {}",
+                workload::OTEL_KIND,
+                workload::SIDECAR_MODE
             )),
             _ => None,
         }
@@ -357,6 +361,9 @@ fn gate_one(
     host_ports: &mut u16,
 ) -> Result<Vec<String>, String> {
     let w = &w.refind(docs).ok_or("no pod spec")?;
+    if w.otel_operator() {
+        return otel_operator::gate(docs, w, args, host_ports);
+    }
     let (name, kind) = workload::collector(docs, w, args.container.as_deref())?;
     if w.operator_merges_containers()
         && docs[w.doc].at(&["spec"]).and_then(|s| s.get("listenLocal")) == Some(&Node::Bool(true))
@@ -398,32 +405,11 @@ fn gate_one(
         }
         _ => (None, None),
     };
-    // Under hostNetwork every port is the node's: the sidecar's two, and
-    // the leader-only collector's metrics port, from --host-port-base on.
-    let mut take_port = || -> Result<u16, String> {
-        let port = *host_ports;
-        *host_ports = port.checked_add(1).ok_or_else(|| {
-            format!(
-                "--host-port-base {} leaves no node port for this workload (ports above it run out at 65535)",
-                args.host_port_base
-            )
-        })?;
-        Ok(port)
-    };
-    let ports = match host_network {
-        true => Some((take_port()?, take_port()?)),
-        false => None,
-    };
-    let metrics_port = match (second_collector, host_network) {
-        (true, true) => take_port()?,
-        _ => second::LEADER_METRICS_PORT,
-    };
-    if let Some((listen, admin)) = ports {
-        notes.push(format!(
-            "hostNetwork: the sidecar listens on the node's 127.0.0.1:{listen} and 0.0.0.0:{admin}{}; another hostNetwork workload gated on these nodes needs other ports (--host-port-base)",
-            if second_collector { format!(", the leader-only collector's metrics on {metrics_port}") } else { String::new() }
-        ));
-    }
+    let (ports, metrics_port) = host_ports_for(host_network, second_collector, host_ports, args)?;
+    notes.extend(host_network_note(
+        ports,
+        second_collector.then_some(metrics_port),
+    ));
     let at = if second_collector {
         let (second, said) = second::add(docs, w, at, metrics_port)?;
         notes.extend(said);
@@ -454,17 +440,7 @@ fn gate_one(
     // The conversion may have added a document before the workload.
     let w = &w.refind(docs).ok_or("no pod spec")?;
     if let Some(account) = &account {
-        let defined = docs.iter().filter_map(Node::as_map).any(|d| {
-            d.str("kind") == Some("ServiceAccount")
-                && d.at_str(&["metadata", "name"]) == Some(account)
-                && d.at_str(&["metadata", "namespace"]).unwrap_or("default") == w.namespace
-        });
-        if !defined {
-            notes.push(format!(
-                "ServiceAccount {account} is not in this input: the RoleBinding names it, so it must exist in namespace {} (a chart or another file may make it)",
-                w.namespace
-            ));
-        }
+        notes.extend(account_note(docs, account, &w.namespace));
     }
     let pod = w.pod_spec_mut(docs).ok_or("no pod spec")?;
     let at = if second_collector {
@@ -488,14 +464,75 @@ fn gate_one(
     for object in rbac::objects(&w.name, &w.namespace, &account, &plan.lease, new_account) {
         rbac::upsert(docs, object);
     }
-    notes.push(format!(
+    notes.push(gate_note(&plan));
+    Ok(notes)
+}
+
+/// Under hostNetwork every port is the node's: the sidecar's two
+/// (`--listen`, `--admin-listen`) and, for a leader-only collector
+/// (`second`), its metrics port, from --host-port-base on. Returns the
+/// sidecar's ports (none off hostNetwork) and the collector's metrics port.
+fn host_ports_for(
+    host_network: bool,
+    second: bool,
+    host_ports: &mut u16,
+    args: &InjectArgs,
+) -> Result<(Option<(u16, u16)>, u16), String> {
+    let mut take_port = || -> Result<u16, String> {
+        let port = *host_ports;
+        *host_ports = port.checked_add(1).ok_or_else(|| {
+            format!(
+                "--host-port-base {} leaves no node port for this workload (ports above it run out at 65535)",
+                args.host_port_base
+            )
+        })?;
+        Ok(port)
+    };
+    let ports = match host_network {
+        true => Some((take_port()?, take_port()?)),
+        false => None,
+    };
+    let metrics_port = match (second, host_network) {
+        (true, true) => take_port()?,
+        _ => second::LEADER_METRICS_PORT,
+    };
+    Ok((ports, metrics_port))
+}
+
+/// What the user must know of node ports taken under hostNetwork.
+fn host_network_note(ports: Option<(u16, u16)>, metrics_port: Option<u16>) -> Option<String> {
+    let (listen, admin) = ports?;
+    Some(format!(
+        "hostNetwork: the sidecar listens on the node's 127.0.0.1:{listen} and 0.0.0.0:{admin}{}; another hostNetwork workload gated on these nodes needs other ports (--host-port-base)",
+        metrics_port.map_or_else(String::new, |port| format!(
+            ", the leader-only collector's metrics on {port}"
+        ))
+    ))
+}
+
+/// Said when ServiceAccount `account`, which the RoleBinding names, is not
+/// in the input.
+fn account_note(docs: &[Node], account: &str, namespace: &str) -> Option<String> {
+    let defined = docs.iter().filter_map(Node::as_map).any(|d| {
+        d.str("kind") == Some("ServiceAccount")
+            && d.at_str(&["metadata", "name"]) == Some(account)
+            && d.at_str(&["metadata", "namespace"]).unwrap_or("default") == namespace
+    });
+    (!defined).then(|| format!(
+        "ServiceAccount {account} is not in this input: the RoleBinding names it, so it must exist in namespace {namespace} (a chart or another file may make it)"
+    ))
+}
+
+/// The last word on a gated workload: its gate, Lease and timings.
+fn gate_note(plan: &Plan) -> String {
+    format!(
         "gate {}, Lease {}: a crashed leader is replaced after about {}, a graceful hand-over waits at most {}",
-        clap::ValueEnum::to_possible_value(&gate).map_or_else(String::new, |v| v.get_name().to_owned()),
+        clap::ValueEnum::to_possible_value(&plan.gate)
+            .map_or_else(String::new, |v| v.get_name().to_owned()),
         plan.lease,
         crate::duration::HumanDuration(plan.timings.lease_duration),
         crate::duration::HumanDuration(plan.timings.gate_lag)
-    ));
-    Ok(notes)
+    )
 }
 
 fn read_input(path: &std::path::Path) -> std::io::Result<String> {

@@ -28,7 +28,9 @@ pub struct Split {
 }
 
 /// Which receivers run once per cluster: by type (the part before `/`).
-pub const CLUSTER_RECEIVERS: &[&str] = &["k8s_cluster", "k8sobjects", "k8s_events"];
+/// `k8s_objects` is `k8sobjects`' newer name (collector-contrib #47440;
+/// the OpenTelemetry Operator reads both, and kube-stack writes the new one).
+pub const CLUSTER_RECEIVERS: &[&str] = &["k8s_cluster", "k8sobjects", "k8s_objects", "k8s_events"];
 
 /// Extensions that listen on a fixed port: the main collector binds it in the
 /// same network namespace, so the leader-only one never gets them.
@@ -159,7 +161,7 @@ pub fn split(config: &str, leader_metrics_port: u16) -> Result<Option<Split>, St
 }
 
 /// Whether a receiver ID (`type` or `type/name`) is a cluster receiver.
-fn is_cluster(id: &str) -> bool {
+pub fn is_cluster(id: &str) -> bool {
     CLUSTER_RECEIVERS.contains(&kind(id))
 }
 

@@ -65,7 +65,7 @@ fn parse(text: &str) -> Node {
 }
 
 /// Puts `item` in place of the entry of the same `key` value, or at the end.
-fn upsert(list: &mut Vec<Node>, key: &str, item: Node) {
+pub fn upsert(list: &mut Vec<Node>, key: &str, item: Node) {
     let value = item.as_map().and_then(|m| m.str(key)).map(str::to_owned);
     match list
         .iter_mut()

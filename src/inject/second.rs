@@ -104,38 +104,14 @@ pub fn add(
         .ok_or_else(|| format!("ConfigMap {} has no key {}", source.config_map, source.key))?
         .to_owned();
     let leader_map = format!("{}{SUFFIX}", w.name);
-    let mut notes = Vec::new();
-    match otel::split(&text, metrics_port)? {
-        Some(split) => {
-            notes.push(format!(
-                "the cluster receivers run in container {name}{SUFFIX}, on the leader only, from ConfigMap {leader_map}; the node work stays in {name} on every pod"
-            ));
-            notes.extend(split.moved);
-            if let Some(data) = docs[cm_doc].at_mut(&["data"]) {
-                data.insert(&source.key, Node::str(split.node));
-            }
-            let mut cm = Map::default();
-            cm.insert("apiVersion", Node::str("v1"));
-            cm.insert("kind", Node::str("ConfigMap"));
-            let mut metadata = Map::default();
-            metadata.insert("name", Node::str(&leader_map));
-            metadata.insert("namespace", Node::str(&w.namespace));
-            cm.insert("metadata", Node::Map(metadata));
-            let mut data = Map::default();
-            data.insert(&source.key, Node::str(split.leader));
-            cm.insert("data", Node::Map(data));
-            match config_map_doc(docs, &w.namespace, &leader_map) {
-                Some(at) => docs[at] = Node::Map(cm),
-                None => docs.insert(cm_doc + 1, Node::Map(cm)),
-            }
-        }
-        None if config_map_doc(docs, &w.namespace, &leader_map).is_some() => {}
-        None => {
-            return Err(format!(
-                "its collector runs none of the receivers that work once per cluster ({}): nothing to gate; or pass --gate exec to run the whole collector on one node only",
-                otel::CLUSTER_RECEIVERS.join(", ")
-            ));
-        }
+    let target = LeaderMap {
+        namespace: &w.namespace,
+        name: &leader_map,
+        key: &source.key,
+    };
+    let (node, notes) = split_config(docs, &target, &text, metrics_port, cm_doc + 1, &name)?;
+    if let (Some(node), Some(data)) = (node, docs[cm_doc].at_mut(&["data"])) {
+        data.insert(&source.key, Node::str(node));
     }
     // The copy: the collector's image, command, env, resources and mounts;
     // none of its ports (hostPorts would clash), probes or hooks.
@@ -160,27 +136,11 @@ pub fn add(
             None => return Err("its collector's --config has no value".to_owned()),
         }
     }
-    let mut mount = Map::default();
-    mount.insert("name", Node::str(VOL_CONFIG));
-    mount.insert("mountPath", Node::str(CONFIG_DIR));
-    mount.insert("readOnly", Node::Bool(true));
-    second.seq_entry("volumeMounts").push(Node::Map(mount));
+    second.seq_entry("volumeMounts").push(config_mount());
     // The ConfigMap added before it moved the workload.
     let w = &w.refind(docs).ok_or("no pod spec")?;
     let pod = w.pod_spec_mut(docs).ok_or("no pod spec")?;
-    let mut volume = Map::default();
-    volume.insert("name", Node::str(VOL_CONFIG));
-    let mut cm = Map::default();
-    cm.insert("name", Node::str(&leader_map));
-    volume.insert("configMap", Node::Map(cm));
-    let volumes = pod.seq_entry("volumes");
-    match volumes
-        .iter()
-        .position(|v| v.as_map().and_then(|v| v.str("name")) == Some(VOL_CONFIG))
-    {
-        Some(at) => volumes[at] = Node::Map(volume),
-        None => volumes.push(Node::Map(volume)),
-    }
+    put_config_volume(pod.seq_entry("volumes"), &leader_map);
     let containers = pod.seq_entry("containers");
     let second_name = format!("{name}{SUFFIX}");
     let at = match containers
@@ -197,4 +157,89 @@ pub fn add(
         }
     };
     Ok((at, notes))
+}
+
+/// The ConfigMap that holds the leader-only collector's configuration.
+#[derive(Clone, Copy)]
+pub struct LeaderMap<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// The configuration's key (its file name in [`CONFIG_DIR`]).
+    pub key: &'a str,
+}
+
+/// Splits `text`, the collector configuration of container `container`:
+/// the leader half goes to `target` (in place when it exists, else
+/// inserted at document `at`). Returns the node half, `None` when there
+/// was nothing to split (a run before split it), and what it did.
+pub fn split_config(
+    docs: &mut Vec<Node>,
+    target: &LeaderMap<'_>,
+    text: &str,
+    metrics_port: u16,
+    at: usize,
+    container: &str,
+) -> Result<(Option<String>, Vec<String>), String> {
+    let LeaderMap {
+        namespace,
+        name: leader_map,
+        key,
+    } = *target;
+    let split = match otel::split(text, metrics_port)? {
+        Some(split) => split,
+        None if config_map_doc(docs, namespace, leader_map).is_some() => {
+            return Ok((None, Vec::new()));
+        }
+        None => {
+            return Err(format!(
+                "its collector runs none of the receivers that work once per cluster ({}): nothing to gate; or pass --gate exec to run the whole collector on one node only",
+                otel::CLUSTER_RECEIVERS.join(", ")
+            ));
+        }
+    };
+    let mut notes = vec![format!(
+        "the cluster receivers run in container {container}{SUFFIX}, on the leader only, from ConfigMap {leader_map}; the node work stays in {container} on every pod"
+    )];
+    notes.extend(split.moved);
+    let mut cm = Map::default();
+    cm.insert("apiVersion", Node::str("v1"));
+    cm.insert("kind", Node::str("ConfigMap"));
+    let mut metadata = Map::default();
+    metadata.insert("name", Node::str(leader_map));
+    metadata.insert("namespace", Node::str(namespace));
+    cm.insert("metadata", Node::Map(metadata));
+    let mut data = Map::default();
+    data.insert(key, Node::str(split.leader));
+    cm.insert("data", Node::Map(data));
+    match config_map_doc(docs, namespace, leader_map) {
+        Some(at) => docs[at] = Node::Map(cm),
+        None => docs.insert(at, Node::Map(cm)),
+    }
+    Ok((Some(split.node), notes))
+}
+
+/// The leader-only collector's mount of its configuration.
+pub fn config_mount() -> Node {
+    let mut mount = Map::default();
+    mount.insert("name", Node::str(VOL_CONFIG));
+    mount.insert("mountPath", Node::str(CONFIG_DIR));
+    mount.insert("readOnly", Node::Bool(true));
+    Node::Map(mount)
+}
+
+/// Puts the volume of ConfigMap `leader_map` in `volumes` (in place on a
+/// second run).
+pub fn put_config_volume(volumes: &mut Vec<Node>, leader_map: &str) {
+    let mut volume = Map::default();
+    volume.insert("name", Node::str(VOL_CONFIG));
+    let mut cm = Map::default();
+    cm.insert("name", Node::str(leader_map));
+    volume.insert("configMap", Node::Map(cm));
+    match volumes
+        .iter()
+        .position(|v| v.as_map().and_then(|v| v.str("name")) == Some(VOL_CONFIG))
+    {
+        Some(at) => volumes[at] = Node::Map(volume),
+        None => volumes.push(Node::Map(volume)),
+    }
 }

@@ -1,7 +1,8 @@
 //! Where a stream's workloads keep their pods: the pod template of a
 //! DaemonSet, Deployment or StatefulSet, and the pod templates of the
-//! operators' resources people gate (ECK's `Beat` and `Agent`), and which of
-//! a pod's containers is the collector.
+//! operators' resources people gate (ECK's `Beat` and `Agent`,
+//! prometheus-operator's `Prometheus`, the OpenTelemetry Operator's
+//! `OpenTelemetryCollector`), and which of a pod's containers is the collector.
 
 use super::yaml::{Map, Node};
 
@@ -15,7 +16,8 @@ pub struct Workload {
     pub namespace: String,
     /// The path from the document to its pod spec.
     pub pod_path: &'static [&'static str],
-    /// A PrometheusAgent with `spec.mode: DaemonSet`.
+    /// A PrometheusAgent with `spec.mode: DaemonSet`, an
+    /// OpenTelemetryCollector with `spec.mode: daemonset`.
     pub per_node_mode: bool,
 }
 
@@ -35,6 +37,10 @@ impl Workload {
 
     /// The pod template's metadata (its labels and annotations), made if missing.
     pub fn pod_metadata_mut<'a>(&self, docs: &'a mut [Node]) -> Option<&'a mut Map> {
+        if self.otel_operator() {
+            // Its pod annotations are `spec.podAnnotations` (super::otel_operator).
+            return None;
+        }
         if self.operator_merges_containers() {
             return Some(docs[self.doc].at_mut(&["spec"])?.map_entry("podMetadata"));
         }
@@ -46,7 +52,15 @@ impl Workload {
     /// `spec.containers` is merged into the container the operator makes,
     /// whose command, args and probes `inject` does not see.
     pub fn operator_merges_containers(&self) -> bool {
-        self.pod_path == ["spec"]
+        self.pod_path == ["spec"] && !self.otel_operator()
+    }
+
+    /// The OpenTelemetry Operator's `OpenTelemetryCollector`: its `spec`
+    /// holds the pod's init containers, volumes and grace period, and its
+    /// containers beside the operator's own as `additionalContainers`
+    /// ([`super::otel_operator`]).
+    pub fn otel_operator(&self) -> bool {
+        self.kind == OTEL_KIND
     }
 
     /// This workload in `docs` as they are now (documents added before it
@@ -88,8 +102,10 @@ pub fn find(docs: &[Node]) -> Vec<Workload> {
             "Prometheus" | "PrometheusAgent" if api_group(map) == "monitoring.coreos.com" => {
                 &[&["spec"]]
             }
+            OTEL_KIND if api_group(map) == "opentelemetry.io" => &[&["spec"]],
             _ => &[],
         };
+        let mode = map.at_str(&["spec", "mode"]);
         for &pod_path in paths {
             if node.at(pod_path).is_some() {
                 found.push(Workload {
@@ -98,7 +114,8 @@ pub fn find(docs: &[Node]) -> Vec<Workload> {
                     name: name.to_owned(),
                     namespace: namespace.clone(),
                     pod_path,
-                    per_node_mode: map.at_str(&["spec", "mode"]) == Some("DaemonSet"),
+                    per_node_mode: mode == Some("DaemonSet")
+                        || (kind == OTEL_KIND && mode == Some("daemonset")),
                 });
             }
         }
@@ -116,7 +133,7 @@ fn api_group(object: &Map) -> &str {
 
 /// An image's repository name, without registry, path, tag or digest:
 /// `docker.elastic.co/beats/metricbeat:8.1.1` is `metricbeat`.
-fn repository(image: &str) -> &str {
+pub fn repository(image: &str) -> &str {
     let repo = image.rsplit('/').next().unwrap_or(image);
     repo.split([':', '@']).next().unwrap_or(repo)
 }
@@ -230,6 +247,11 @@ pub fn config_map_key(volume: &Map, inside: &str) -> Option<String> {
 /// collector's ([`super::second`]).
 pub const SECOND_SUFFIX: &str = "-leader-only";
 
+/// The OpenTelemetry Operator's resource, and the name of the collector
+/// container it makes for one (its `naming.Container()`).
+pub const OTEL_KIND: &str = "OpenTelemetryCollector";
+pub const OTEL_CONTAINER: &str = "otc-container";
+
 /// The collectors `inject` knows by their image, with what it needs of each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Collector {
@@ -309,6 +331,13 @@ pub fn collector(
                 (t.to_owned(), kind)
             }),
         "Agent" => Some(("agent".to_owned(), Collector::ElasticAgent)),
+        OTEL_KIND => {
+            let mode = docs[workload.doc].at(&["spec"]).and_then(|s| s.str("mode"));
+            if mode == Some("sidecar") {
+                return Err(SIDECAR_MODE.to_owned());
+            }
+            Some((OTEL_CONTAINER.to_owned(), Collector::OtelCollector))
+        }
         _ if workload.operator_merges_containers() => {
             Some(("prometheus".to_owned(), Collector::Prometheus))
         }
@@ -350,6 +379,9 @@ pub fn collector(
         _ => Err("several collector containers: name one with --container".to_owned()),
     }
 }
+
+/// Why an OpenTelemetryCollector in `mode: sidecar` is not gated.
+pub const SIDECAR_MODE: &str = "spec.mode sidecar: the operator injects this collector into each application pod that asks for it, so it does each pod's own work and nothing once per cluster; there is nothing to elect (the operator also refuses additionalContainers in that mode). Gate a collector in mode daemonset, deployment or statefulset";
 
 /// The index of container `name` in `pod`, added as `{name: NAME}` when an
 /// operator's pod template leaves it out (the operator merges by name).

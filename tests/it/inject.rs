@@ -169,6 +169,7 @@ fn what_inject_writes_passes_its_own_check_and_the_upstream_file_does_not() {
         "elastic-beats-metricbeat-kubernetes.yaml",
         "otel-helm-deployment-cluster-metrics.yaml",
         "otel-helm-daemonset-cluster-metrics.yaml",
+        "otel-kube-stack-daemon.yaml",
     ] {
         assert_eq!(check(&gated(name)), (0, String::new()), "{name}");
         let (code, err) = check(&fixture(name));
@@ -186,6 +187,7 @@ fn a_second_run_changes_no_byte() {
         "elastic-beats-metricbeat-kubernetes.yaml",
         "otel-helm-deployment-cluster-metrics.yaml",
         "otel-helm-daemonset-cluster-metrics.yaml",
+        "otel-kube-stack-daemon.yaml",
     ] {
         let once = gated(name);
         let (code, twice, err) = inject(&once, &[]);
@@ -363,9 +365,10 @@ fn a_deployments_collector_runs_under_exec_with_its_own_command_and_args() {
 #[test]
 fn collectors_it_cannot_gate_well_are_refused_with_the_way_out() {
     // Elastic Agent's own election is converted now (the agent tests below).
+    // No spec.image: the operator's --collector-image, not in the file.
     let (name, says) = (
         "otel-operator-collector-k8scluster.yaml",
-        "owns its collector's command",
+        "spec.image is unset",
     );
     let (code, out, err) = inject(&fixture(name), &[]);
     assert_eq!(code, 1, "{name}: {err}");
@@ -954,4 +957,327 @@ fn an_agent_inject_cannot_convert_safely_is_refused_naming_why() {
         err.contains("ConfigMap agent-node-datastreams is also mounted by DaemonSet/agent2"),
         "{err}"
     );
+}
+
+/// The `OpenTelemetryCollector` of a stream.
+fn otel_cr<'a>(docs: &'a [Node], name: &str) -> &'a Map {
+    find(docs, "OpenTelemetryCollector", name)
+}
+
+/// The receivers of `config`'s pipeline `pipeline`.
+fn pipeline_receivers(config: &Map, pipeline: &str) -> Vec<String> {
+    config
+        .at(&["service", "pipelines", pipeline])
+        .map(|p| strings(p.seq("receivers")))
+        .unwrap_or_default()
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn an_operator_daemonset_keeps_its_node_pipelines_and_runs_its_cluster_receivers_in_a_gated_copy() {
+    // kube-stack's daemon collector: kubelet_stats, host_metrics, file_log
+    // beside k8s_cluster and k8s_objects, each under its own
+    // k8s_leader_elector; no spec.image, the operator's --collector-image
+    // is in the stream.
+    let (code, out, err) = inject(&fixture("otel-kube-stack-daemon.yaml"), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("runs otel/opentelemetry-collector-k8s:0.154.0, the --collector-image of the operator in this input"),
+        "{err}"
+    );
+    let docs = read_stream(&out).unwrap();
+    let spec = otel_cr(&docs, "example-daemon").map("spec").unwrap();
+    let node = spec.map("config").unwrap();
+    assert_eq!(
+        pipeline_receivers(node, "metrics"),
+        ["prometheus", "otlp", "host_metrics", "kubelet_stats"]
+    );
+    assert_eq!(pipeline_receivers(node, "logs"), ["otlp", "file_log"]);
+    let leader_text = find(&docs, "ConfigMap", "example-daemon-leader-only")
+        .at_str(&["data", "collector.yaml"])
+        .unwrap()
+        .to_owned();
+    let leader = read_one(&leader_text).unwrap();
+    let leader = leader.as_map().unwrap();
+    assert_eq!(pipeline_receivers(leader, "metrics"), ["k8s_cluster"]);
+    assert_eq!(pipeline_receivers(leader, "logs"), ["k8s_objects"]);
+    assert!(
+        !format!("{node:?}{leader:?}").contains("k8s_leader_elector"),
+        "leader-gate elects instead"
+    );
+    // The sidecar in spec.initContainers; the copy beside the operator's
+    // collector, under exec, on its own configuration.
+    assert_eq!(init_names(spec), ["leader-gate-install", "leader-gate"]);
+    let copies = spec.seq("additionalContainers");
+    assert_eq!(copies.len(), 1);
+    let copy = named(copies, "otc-container-leader-only");
+    assert_eq!(
+        copy.str("image"),
+        Some("otel/opentelemetry-collector-k8s:0.154.0")
+    );
+    let command = strings(copy.seq("command"));
+    assert_eq!(
+        (command[0], command[1], *command.last().unwrap()),
+        ("/leader-gate/leader-gate", "exec", "/otelcol-k8s")
+    );
+    assert_eq!(
+        strings(copy.seq("args")),
+        ["--config=/etc/leader-gate/collector/collector.yaml"]
+    );
+    assert!(copy.at(&["lifecycle", "preStop", "exec"]).is_some());
+    assert!(
+        spec.get("lifecycle").is_none(),
+        "the operator's collector keeps its own lifecycle"
+    );
+    let volume = named(spec.seq("volumes"), "leader-gate-collector-config");
+    assert_eq!(
+        volume.at_str(&["configMap", "name"]),
+        Some("example-daemon-leader-only")
+    );
+    assert!(
+        spec.at(&["podAnnotations"])
+            .unwrap()
+            .get("leader-gate.dev/injected")
+            .is_some()
+    );
+    // The operator's own ServiceAccount, <name>-collector, gets the Lease
+    // and, since the operator now derives no grant for them, the cluster
+    // receivers' rules.
+    for kind in ["RoleBinding", "ClusterRoleBinding"] {
+        let name = if kind == "RoleBinding" {
+            "example-daemon-leader-gate"
+        } else {
+            "example-daemon-default-leader-only"
+        };
+        let subject = find(&docs, kind, name).seq("subjects")[0].as_map().unwrap();
+        assert_eq!(
+            subject.str("name"),
+            Some("example-daemon-collector"),
+            "{kind}"
+        );
+    }
+    let role = find(&docs, "ClusterRole", "example-daemon-default-leader-only");
+    let groups: Vec<&str> = role
+        .seq("rules")
+        .iter()
+        .flat_map(|r| strings(r.as_map().unwrap().seq("apiGroups")))
+        .collect();
+    assert!(
+        groups.contains(&"apps") && groups.contains(&"events.k8s.io"),
+        "{groups:?}"
+    );
+    assert!(!err.contains("ServiceAccount example-daemon-collector is not in this input"));
+    // What the CRD does not have is never written: its schema is checked
+    // by scripts/check-inject.sh; here the pod-spec names stay out.
+    for key in ["containers", "serviceAccountName", "template"] {
+        assert!(spec.get(key).is_none(), "{key}");
+    }
+}
+
+/// The upstream fixture `otel-operator-collector-k8scluster.yaml` with
+/// `spec` lines added first (an image, a mode…).
+fn k8scluster_with(lines: &str) -> String {
+    let text = fixture("otel-operator-collector-k8scluster.yaml");
+    assert!(text.contains("\nspec:\n"));
+    text.replacen("\nspec:\n", &format!("\nspec:\n{lines}"), 1)
+}
+
+#[test]
+fn an_operator_collector_whose_every_pipeline_is_cluster_wide_keeps_an_idle_nop_pipeline() {
+    // Deployment mode (unset), k8s_cluster its only receiver. (The upstream
+    // e2e test checks the operator's RBAC only: k8s_cluster makes no
+    // traces, so that pipeline would not start either way.)
+    let input = k8scluster_with("  image: otel/opentelemetry-collector-contrib:0.158.0\n");
+    let (code, out, err) = inject(&input, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("keeps an idle pipeline"), "{err}");
+    let docs = read_stream(&out).unwrap();
+    let spec = otel_cr(&docs, "simplest").map("spec").unwrap();
+    let node = spec.map("config").unwrap();
+    assert_eq!(
+        keys_of(node.at(&["service", "pipelines"])),
+        ["logs/leader-gate-idle"]
+    );
+    assert_eq!(
+        pipeline_receivers(node, "logs/leader-gate-idle"),
+        ["nop/leader-gate"]
+    );
+    assert!(node.at(&["exporters", "nop/leader-gate"]).is_some());
+    let leader = find(&docs, "ConfigMap", "simplest-leader-only");
+    let leader = read_one(leader.at_str(&["data", "collector.yaml"]).unwrap()).unwrap();
+    assert_eq!(
+        pipeline_receivers(leader.as_map().unwrap(), "traces"),
+        ["k8s_cluster"]
+    );
+    let copy = named(
+        spec.seq("additionalContainers"),
+        "otc-container-leader-only",
+    );
+    assert_eq!(
+        strings(copy.seq("command")).last(),
+        Some(&"/otelcol-contrib")
+    );
+    assert_eq!(check(&out), (0, String::new()));
+    let (code, twice, err) = inject(&out, &[]);
+    assert_eq!((code, twice == out), (0, true), "{err}");
+    // A distribution without the nop receiver, or too old for it: refused,
+    // naming the ways out.
+    for image in [
+        "otel/opentelemetry-collector-k8s:0.158.0",
+        "otel/opentelemetry-collector-contrib:0.97.0",
+    ] {
+        let (code, out, err) = inject(&k8scluster_with(&format!("  image: {image}\n")), &[]);
+        assert_eq!((code, out.is_empty()), (1, true), "{err}");
+        assert!(
+            err.contains("every pipeline reads a cluster receiver (k8s_cluster)")
+                && err.contains("keep a pipeline of your own in spec.config"),
+            "{err}"
+        );
+    }
+}
+
+fn keys_of(map: Option<&Map>) -> Vec<&str> {
+    map.map(|m| m.0.iter().map(|(k, _)| k.as_str()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn what_the_operator_cannot_run_gated_is_refused_with_the_reason() {
+    for (lines, says) in [
+        (
+            "  mode: sidecar\n  image: otel/opentelemetry-collector-contrib:0.158.0\n",
+            "spec.mode sidecar: the operator injects this collector into each application pod",
+        ),
+        // The core distribution has no cluster receiver at all.
+        (
+            "  image: otel/opentelemetry-collector:0.158.0\n",
+            "is the core distribution",
+        ),
+        (
+            "  image: example.com/my-collector:1\n",
+            "set spec.command to it",
+        ),
+    ] {
+        let (code, out, err) = inject(&k8scluster_with(lines), &[]);
+        assert_eq!((code, out.is_empty()), (1, true), "{lines}: {err}");
+        assert!(err.contains(says), "{lines}: {err}");
+    }
+    // Nothing once per cluster: nothing to gate.
+    let otlp = k8scluster_with("  image: otel/opentelemetry-collector-contrib:0.158.0\n")
+        .replace("k8s_cluster", "otlp");
+    let (code, _, err) = inject(&otlp, &[]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("its spec.config runs none of the receivers"),
+        "{err}"
+    );
+    // Named, the sidecar-mode collector is refused the same way.
+    let sidecar =
+        k8scluster_with("  mode: sidecar\n  image: otel/opentelemetry-collector-contrib:0.158.0\n");
+    let (code, _, err) = inject(&sidecar, &["--workload", "OpenTelemetryCollector/simplest"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("spec.mode sidecar"), "{err}");
+    let (code, _, err) = inject(
+        &k8scluster_with("  image: otel/opentelemetry-collector-contrib:0.158.0\n"),
+        &["--gate", "poll"],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("--gate poll"), "{err}");
+}
+
+#[test]
+fn an_operator_collectors_own_fields_reach_its_copy_and_its_pod() {
+    // A daemonset-mode collector with a node pipeline, its command, args,
+    // extra ConfigMap, ServiceAccount, hostNetwork and a grace period too
+    // short for the hand-over.
+    let input = fixture("otel-operator-collector-k8scluster.yaml")
+        .replacen(
+            "\nspec:\n  config:\n    receivers:\n      k8s_cluster: {}\n",
+            "\nspec:
+  mode: daemonset
+  image: registry.example/otelcol-contrib:0.158.0
+  command: [/otelcol-contrib]
+  args: {feature-gates: +x, config: /ignored.yaml, a-flag: \"1\"}
+  configmaps: [{name: certs, mountpath: /tls}]
+  serviceAccount: node-collector
+  hostNetwork: true
+  terminationGracePeriodSeconds: 5
+  config:
+    receivers:
+      k8s_cluster: {}
+      otlp: {protocols: {grpc: {}}}
+",
+            1,
+        )
+        .replacen(
+            "receivers: [k8s_cluster]",
+            "receivers: [k8s_cluster, otlp]",
+            1,
+        );
+    let (code, out, err) = inject(&input, &[]);
+    assert_eq!(code, 0, "{err}");
+    let docs = read_stream(&out).unwrap();
+    let spec = otel_cr(&docs, "simplest").map("spec").unwrap();
+    let copy = named(
+        spec.seq("additionalContainers"),
+        "otc-container-leader-only",
+    );
+    let command = strings(copy.seq("command"));
+    assert_eq!(*command.last().unwrap(), "/otelcol-contrib");
+    // As the operator writes spec.args: sorted, `config` dropped.
+    assert_eq!(
+        strings(copy.seq("args")),
+        [
+            "--config=/etc/leader-gate/collector/collector.yaml",
+            "--a-flag=1",
+            "--feature-gates=+x"
+        ]
+    );
+    let mounts: Vec<&str> = copy
+        .seq("volumeMounts")
+        .iter()
+        .filter_map(|m| m.as_map()?.str("mountPath"))
+        .collect();
+    assert!(
+        mounts.contains(&"/var/conf/tls/configmap-certs"),
+        "{mounts:?}"
+    );
+    // Hook 7 s + grace 3 s + shutdown 9 s + 5 s.
+    assert_eq!(
+        spec.get("terminationGracePeriodSeconds"),
+        Some(&Node::Int(24))
+    );
+    let serve = strings(named(spec.seq("initContainers"), "leader-gate").seq("args"));
+    assert!(serve.contains(&"--admin-listen=0.0.0.0:4041"), "{serve:?}");
+    assert!(
+        err.contains("the leader-only collector's metrics on 4042"),
+        "{err}"
+    );
+    let leader = find(&docs, "ConfigMap", "simplest-leader-only");
+    assert!(
+        leader
+            .at_str(&["data", "collector.yaml"])
+            .unwrap()
+            .contains("port: 4042")
+    );
+    let binding = find(&docs, "RoleBinding", "simplest-leader-gate");
+    assert_eq!(
+        binding.seq("subjects")[0].as_map().unwrap().str("name"),
+        Some("node-collector")
+    );
+    assert!(
+        err.contains("ServiceAccount node-collector is not in this input"),
+        "{err}"
+    );
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d.as_map().and_then(|m| m.str("kind")) == Some("ServiceAccount")),
+        "a ServiceAccount the resource names is the user's to make"
+    );
+    assert_eq!(check(&out), (0, String::new()));
+    let (code, twice, err) = inject(&out, &[]);
+    assert_eq!((code, twice == out), (0, true), "{err}");
 }

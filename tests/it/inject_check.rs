@@ -705,3 +705,125 @@ fn an_agent_reload_period_beyond_the_gate_lag_is_refused() {
         "agent.reload.period 20s (agent.yml of ConfigMap agent-node-datastreams) must be below the margin 15s and at most --gate-lag 12s",
     );
 }
+
+/// The gated kube-stack daemon collector (an OpenTelemetryCollector) with
+/// `edit` applied to the stream's documents.
+fn operator_with(edit: impl Fn(&mut Vec<leader_gate::inject::yaml::Node>)) -> String {
+    use leader_gate::inject::yaml::{read_stream, write_stream};
+    let mut docs = read_stream(&gated_fixture("otel-kube-stack-daemon.yaml")).unwrap();
+    edit(&mut docs);
+    write_stream(&docs)
+}
+
+/// The `spec` of the stream's OpenTelemetryCollector.
+fn operator_spec(
+    docs: &mut [leader_gate::inject::yaml::Node],
+) -> &mut leader_gate::inject::yaml::Map {
+    docs.iter_mut()
+        .find(|d| d.at_str_path(&["kind"]) == Some("OpenTelemetryCollector"))
+        .and_then(|d| d.at_mut(&["spec"]))
+        .unwrap()
+}
+
+/// The one finding of `stream`: exit 1, one line, with `what` in it.
+fn the_one_finding(stream: &str, what: &str) {
+    let (code, findings) = check(stream);
+    assert_eq!(code, 1, "{findings:#?}");
+    assert_eq!(findings.len(), 1, "exactly one thing broke: {findings:#?}");
+    assert!(
+        findings[0].contains(what),
+        "expected …{what}…, got {findings:#?}"
+    );
+}
+
+#[test]
+fn an_operator_collector_running_cluster_receivers_in_its_spec_config_is_refused() {
+    use leader_gate::inject::yaml::Node;
+    assert_eq!(
+        check(&gated_fixture("otel-kube-stack-daemon.yaml")),
+        (0, vec![])
+    );
+    // k8s_cluster back in the operator's own collector, on every pod.
+    let broken = operator_with(|docs| {
+        let config = operator_spec(docs).map_entry("config");
+        config
+            .map_entry("receivers")
+            .insert("k8s_cluster", Node::Map(Default::default()));
+        config
+            .map_entry("service")
+            .map_entry("pipelines")
+            .map_entry("metrics")
+            .seq_entry("receivers")
+            .push(Node::str("k8s_cluster"));
+    });
+    the_one_finding(
+        &broken,
+        "OpenTelemetryCollector/example-daemon container otc-container: runs receivers that work once per cluster (k8s_cluster) outside `leader-gate exec`",
+    );
+}
+
+#[test]
+fn an_operator_collectors_leader_only_copy_outside_exec_is_refused() {
+    use leader_gate::inject::yaml::Node;
+    // The copy runs the collector itself, not under `leader-gate exec`.
+    let broken = operator_with(|docs| {
+        let copy = operator_spec(docs)
+            .seq_entry("additionalContainers")
+            .iter_mut()
+            .find_map(Node::as_map_mut)
+            .unwrap();
+        copy.insert("command", Node::Seq(vec![Node::str("/otelcol-k8s")]));
+    });
+    the_one_finding(
+        &broken,
+        "container otc-container-leader-only: runs receivers that work once per cluster (k8s_objects, k8s_cluster) outside `leader-gate exec`",
+    );
+}
+
+#[test]
+fn an_operator_collectors_copy_electing_its_own_leader_is_refused() {
+    use leader_gate::inject::yaml::{Node, read_one, write_one};
+    let broken = operator_with(|docs| {
+        let data = docs
+            .iter_mut()
+            .find(|d| d.at_str_path(&["metadata", "name"]) == Some("example-daemon-leader-only"))
+            .and_then(|d| d.at_mut(&["data"]))
+            .unwrap();
+        let mut config = read_one(data.str("collector.yaml").unwrap()).unwrap();
+        config
+            .at_mut(&["receivers", "k8s_cluster"])
+            .unwrap()
+            .insert(
+                "k8s_leader_elector",
+                Node::str("k8s_leader_elector/k8s_cluster"),
+            );
+        data.insert("collector.yaml", Node::str(write_one(&config)));
+    });
+    the_one_finding(
+        &broken,
+        "container otc-container-leader-only: a receiver of its configuration keeps `k8s_leader_elector`",
+    );
+}
+
+#[test]
+fn pod_fields_an_opentelemetrycollector_does_not_have_are_refused() {
+    use leader_gate::inject::yaml::Node;
+    // Containers where a pod spec has them: the API server drops the field,
+    // and with it the gated copy.
+    let broken = operator_with(|docs| {
+        let spec = operator_spec(docs);
+        let copies = spec.remove("additionalContainers").unwrap();
+        spec.insert("containers", copies);
+    });
+    the_one_finding(
+        &broken,
+        "OpenTelemetryCollector/example-daemon: spec.containers is not a field of OpenTelemetryCollector, so the API server drops it: its containers go in spec.additionalContainers",
+    );
+    let broken = operator_with(|docs| {
+        operator_spec(docs).insert("serviceAccountName", Node::str("example-daemon-collector"));
+    });
+    the_one_finding(
+        &broken,
+        "spec.serviceAccountName is not a field of OpenTelemetryCollector",
+    );
+}

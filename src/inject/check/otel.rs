@@ -6,11 +6,18 @@
 use super::Stream;
 use super::workload::{Container, Pod};
 use crate::inject::otel;
-use crate::inject::yaml::{Node, read_one};
+use crate::inject::workload::OTEL_CONTAINER;
+use crate::inject::yaml::{Node, read_one, write_one};
 
 /// The collector configuration a container reads through `--config`, from
-/// a ConfigMap of the stream.
+/// a ConfigMap of the stream; for the OpenTelemetry Operator's own
+/// collector, its resource's `spec.config`.
 fn config_of(stream: &Stream<'_>, pod: &Pod, container: &Container) -> Option<String> {
+    if container.name == OTEL_CONTAINER
+        && let Some(config) = &pod.otel_config
+    {
+        return Some(write_one(config));
+    }
     let args = container.node.seq("args");
     let path = args.iter().enumerate().find_map(|(i, a)| {
         let a = a.as_str()?;

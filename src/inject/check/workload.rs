@@ -6,6 +6,8 @@
 //! [`Pod`] shape the rules work on. A field of the wrong type is a finding
 //! here, never a panic: the rules then see it as absent.
 
+use crate::inject::otel_operator::operator_account;
+use crate::inject::workload::{OTEL_CONTAINER, OTEL_KIND};
 use crate::inject::yaml::{Map, Node};
 
 /// One container of a pod, as the rules read it.
@@ -131,6 +133,9 @@ pub struct Pod {
     /// An ECK `Beat`'s `spec.type` and inline `spec.config`: ECK writes the
     /// config into the beat.yml of the container named after the type.
     pub beat_config: Option<(String, Node)>,
+    /// An OpenTelemetryCollector's `spec.config`: the operator renders it
+    /// into the file its own collector container reads.
+    pub otel_config: Option<Node>,
 }
 
 impl Pod {
@@ -201,6 +206,7 @@ pub fn pods(docs: &[Node], out: &mut Vec<String>) -> Vec<Pod> {
                 },
                 run_as_user: None,
                 beat_config: None,
+                otel_config: None,
             };
             read_pod_spec(&mut pod, spec, path, defaults.collector, out);
             pods.push(pod);
@@ -270,7 +276,7 @@ pub fn pods(docs: &[Node], out: &mut Vec<String>) -> Vec<Pod> {
                     },
                 )
             }
-            ("opentelemetry.io", "OpenTelemetryCollector") => {
+            ("opentelemetry.io", OTEL_KIND) => {
                 let mode = spec
                     .and_then(Node::as_map)
                     .and_then(|s| s.str("mode"))
@@ -282,7 +288,7 @@ pub fn pods(docs: &[Node], out: &mut Vec<String>) -> Vec<Pod> {
                     "sidecar" => continue,
                     _ => None,
                 };
-                let operator_sa = format!("{name}-collector");
+                let operator_sa = operator_account(&name);
                 let sa = spec
                     .and_then(Node::as_map)
                     .and_then(|s| s.str("serviceAccount"))
@@ -300,6 +306,13 @@ pub fn pods(docs: &[Node], out: &mut Vec<String>) -> Vec<Pod> {
                 )
             }
             _ => {}
+        }
+        if (group, kind) == ("opentelemetry.io", OTEL_KIND) && pods.len() > first {
+            misplaced(&at, spec, out);
+            let config = spec.and_then(Node::as_map).and_then(|s| s.get("config"));
+            for pod in &mut pods[first..] {
+                pod.otel_config = config.cloned();
+            }
         }
         if kind == "Beat"
             && let (Some(beat), Some(config)) = (
@@ -357,7 +370,8 @@ fn read_pod_spec(pod: &mut Pod, spec: &Map, path: &str, collector: bool, out: &m
         .map(security)
         .and_then(|s| s.get("runAsUser"))
         .and_then(Node::as_u64);
-    if let Some(sa) = spec.str("serviceAccountName") {
+    // An OpenTelemetryCollector names it `serviceAccount` (its Defaults).
+    if let Some(sa) = spec.str("serviceAccountName").filter(|_| !collector) {
         pod.service_account = sa.to_owned();
     }
     match spec.get("terminationGracePeriodSeconds") {
@@ -391,7 +405,7 @@ fn read_pod_spec(pod: &mut Pod, spec: &Map, path: &str, collector: bool, out: &m
     if collector {
         // The operator's own container, named as it names it.
         let mut node = Map::default();
-        node.insert("name", Node::str("otc-container"));
+        node.insert("name", Node::str(OTEL_CONTAINER));
         for key in [
             "image",
             "env",
@@ -405,7 +419,7 @@ fn read_pod_spec(pod: &mut Pod, spec: &Map, path: &str, collector: bool, out: &m
             }
         }
         pod.containers.push(Container {
-            name: "otc-container".to_owned(),
+            name: OTEL_CONTAINER.to_owned(),
             node,
             init: false,
         });
@@ -416,6 +430,31 @@ fn read_pod_spec(pod: &mut Pod, spec: &Map, path: &str, collector: bool, out: &m
             _ => out.push(format!(
                 "{at}: {path}.volumes[{i}] is not a volume (a mapping with a name)"
             )),
+        }
+    }
+}
+
+/// Pod-spec fields an OpenTelemetryCollector does not have, which the API
+/// server drops from it (the CRD prunes unknown fields): what is there
+/// never reaches the pod.
+fn misplaced(at: &str, spec: Option<&Node>, out: &mut Vec<String>) {
+    let Some(spec) = spec.and_then(Node::as_map) else {
+        return;
+    };
+    for (field, instead) in [
+        (
+            "containers",
+            "its containers go in spec.additionalContainers, beside the operator's own; init containers and native sidecars in spec.initContainers",
+        ),
+        (
+            "serviceAccountName",
+            "name the pod's ServiceAccount in spec.serviceAccount",
+        ),
+    ] {
+        if spec.get(field).is_some() {
+            out.push(format!(
+                "{at}: spec.{field} is not a field of OpenTelemetryCollector, so the API server drops it: {instead}"
+            ));
         }
     }
 }
