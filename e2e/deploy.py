@@ -1,0 +1,199 @@
+"""What the suite deploys: the shipped manifests (manifests/, through
+kustomize) in a namespace of their own, with a real collector in place of
+the examples' ones, plus the recorder and the routed Service's client.
+
+- `otel-cluster-collector` (manifests/exec-gate.yaml, the `exec` gate):
+  Prometheus instead of the OpenTelemetry Collector, under the same
+  `leader-gate exec`, scraping the recorder every INTERVAL.
+- `statsd-exporter` (manifests/deployment-routing.yaml, the route gate):
+  as shipped; a client sends it a request through its Service every
+  quarter second and logs which process answered.
+- The Metricbeat examples are left out (their collector is not in the
+  suite); the RBAC, the FlowSchema and the NetworkPolicies come along.
+- `e2e-recorder`: the cluster-wide target. busybox httpd with a CGI script
+  that logs each request's time (the node's /proc/uptime) and source IP.
+"""
+
+import os
+
+import yaml
+
+RECORDER_CGI = """\
+#!/bin/sh
+# One line per request: the node's uptime (10 ms) and who asked.
+a=${REMOTE_ADDR#[}; a=${a%]}; echo "$(cut -d' ' -f1 /proc/uptime) ${a#::ffff:}" >> /log/scrapes
+printf 'Content-Type: text/plain\\r\\n\\r\\n# HELP e2e_target_up The suite's recorder.\\ne2e_target_up 1\\n'
+"""
+
+CLIENT = """\
+# A request through the Service every quarter second: its time (uptime),
+# and the answering process' start time, or FAIL.
+while true; do
+  t=$(cut -d' ' -f1 /proc/uptime)
+  r=$( (printf 'GET /metrics HTTP/1.0\\r\\nHost: e2e\\r\\n\\r\\n'; sleep 0.2) | nc -w 2 "$SERVICE" 9102 2>/dev/null \\
+       | grep -m1 '^process_start_time_seconds' | cut -d' ' -f2)
+  echo "$t ${r:-FAIL}" >> /log/requests
+  sleep 0.05
+done
+"""
+
+# The kit's busybox stand-in for statsd-exporter: serves /metrics with a
+# process start time of its own, as the real one does (its identity here).
+STANDIN = """\
+mkdir -p /tmp/w/-; echo ok > /tmp/w/-/healthy
+printf 'process_start_time_seconds %s\\n' "$(cut -d' ' -f1 /proc/uptime)" > /tmp/w/metrics
+exec httpd -f -p 9102 -h /tmp/w
+"""
+
+
+def prometheus_config(recorder, interval):
+    return yaml.safe_dump({
+        "global": {"scrape_interval": f"{interval}s", "scrape_timeout": f"{max(1, interval // 2)}s"},
+        "scrape_configs": [{
+            "job_name": "cluster",
+            "metrics_path": "/cgi-bin/metrics",
+            "static_configs": [{"targets": [recorder]}],
+        }],
+    })
+
+
+def overlay(directory, manifests, namespace, images, recorder_ip, interval, standin):
+    """Writes the kustomization into `directory` (manifests linked in)."""
+    os.makedirs(directory, exist_ok=True)
+    link = os.path.join(directory, "project")
+    if not os.path.islink(link):
+        os.symlink(os.path.abspath(manifests), link)
+    delete = [
+        ("apps/v1", "DaemonSet", "metricbeat"),
+        ("apps/v1", "Deployment", "metricbeat-cluster"),
+        ("v1", "ServiceAccount", "metricbeat"),
+        ("v1", "ServiceAccount", "metricbeat-cluster"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole", "metricbeat"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "metricbeat"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "metricbeat-cluster"),
+        ("rbac.authorization.k8s.io/v1", "Role", "metricbeat-cluster-leader-gate"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding", "metricbeat-cluster-leader-gate"),
+        ("rbac.authorization.k8s.io/v1", "Role", "leader-gate"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding", "leader-gate"),
+    ] + [("v1", "ConfigMap", n) for n in (
+        "metricbeat-cluster-base-modules", "metricbeat-cluster-config", "metricbeat-cluster-leader-only",
+        "metricbeat-config", "metricbeat-leader-only", "metricbeat-node-modules")]
+    patches = []
+    for api, kind, name in delete:
+        doc = {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": "monitoring"},
+               "$patch": "delete"}
+        if kind.startswith("Cluster"):
+            del doc["metadata"]["namespace"]
+        patches.append({"patch": yaml.safe_dump(doc)})
+    command = ["/gate/leader-gate", "exec", "--log-format=json", "--grace", "3s", "--",
+               "/bin/prometheus", "--config.file=/conf/prometheus.yml",
+               "--storage.tsdb.path=/prometheus", "--web.listen-address=:9090"]
+    patches.append({
+        "target": {"kind": "Deployment", "name": "otel-cluster-collector"},
+        "patch": yaml.safe_dump([
+            {"op": "replace", "path": "/spec/template/spec/containers/0/command", "value": command},
+            {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
+             "value": {"name": "tsdb", "mountPath": "/prometheus"}},
+            {"op": "add", "path": "/spec/template/spec/volumes/-",
+             "value": {"name": "tsdb", "emptyDir": {"sizeLimit": "256Mi"}}},
+        ]),
+    })
+    patches.append({"patch": yaml.safe_dump({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "otel-cluster-collector", "namespace": "monitoring"},
+        "data": {"prometheus.yml": prometheus_config(f"{recorder_ip}:8080", interval)},
+    })})
+    if standin:
+        patches.append({
+            "target": {"kind": "Deployment", "name": "statsd-exporter"},
+            "patch": yaml.safe_dump([
+                {"op": "add", "path": "/spec/template/spec/containers/0/command",
+                 "value": ["sh", "-c", STANDIN]},
+                {"op": "remove", "path": "/spec/template/spec/containers/0/args"},
+                {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
+                 "value": {"name": "stand-in", "mountPath": "/tmp/w"}},
+                {"op": "add", "path": "/spec/template/spec/volumes/-",
+                 "value": {"name": "stand-in", "emptyDir": {"sizeLimit": "1Mi"}}},
+            ]),
+        })
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "namespace": namespace,
+        "namePrefix": "e2e-",
+        "resources": ["project"],
+        "images": [
+            {"name": "ghcr.io/leader-gate/leader-gate", **split(images["leader-gate"])},
+            {"name": "otel/opentelemetry-collector-contrib", **split(images["prometheus"])},
+            {"name": "prom/statsd-exporter", **split(images["statsd-exporter"])},
+        ],
+        "patches": patches,
+    }
+    with open(os.path.join(directory, "kustomization.yaml"), "w") as f:
+        yaml.safe_dump(kustomization, f, sort_keys=False)
+
+
+def split(image):
+    """kustomize's images entry for a full reference."""
+    name, _, tag = image.rpartition(":")
+    if "/" in tag or not name:
+        return {"newName": image}
+    return {"newName": name, "newTag": tag}
+
+
+def recorder_objects(namespace, image):
+    labels = {"app.kubernetes.io/name": "e2e-recorder"}
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "e2e-recorder", "namespace": namespace},
+         "data": {"metrics": RECORDER_CGI}},
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": "e2e-recorder", "namespace": namespace},
+         "spec": {"selector": labels, "ports": [{"name": "http", "port": 8080, "targetPort": 8080}]}},
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": "e2e-recorder", "namespace": namespace, "labels": labels},
+         "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+             "metadata": {"labels": labels},
+             "spec": {
+                 "enableServiceLinks": False,
+                 "containers": [{
+                     "name": "recorder", "image": image,
+                     "command": ["sh", "-c", "mkdir -p /www/cgi-bin && cp /cgi/metrics /www/cgi-bin/ && "
+                                 "chmod 755 /www/cgi-bin/metrics && exec httpd -f -p 8080 -h /www"],
+                     "volumeMounts": [{"name": "cgi", "mountPath": "/cgi"}, {"name": "log", "mountPath": "/log"},
+                                      {"name": "www", "mountPath": "/www"}],
+                 }],
+                 "volumes": [{"name": "cgi", "configMap": {"name": "e2e-recorder"}},
+                             {"name": "log", "emptyDir": {}}, {"name": "www", "emptyDir": {}}],
+             }}}},
+    ]
+
+
+def client_objects(namespace, image, service_ip):
+    labels = {"app.kubernetes.io/name": "e2e-client"}
+    return [
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "e2e-client", "namespace": namespace, "labels": labels},
+         "spec": {
+             "enableServiceLinks": False,
+             "containers": [{
+                 "name": "client", "image": image, "command": ["sh", "-c", CLIENT],
+                 "env": [{"name": "SERVICE", "value": service_ip}],
+                 "volumeMounts": [{"name": "log", "mountPath": "/log"}],
+             }],
+             "volumes": [{"name": "log", "emptyDir": {}}],
+         }},
+    ]
+
+
+def lease_name(rendered, deployment):
+    """The --lease-name the rendered Deployment's sidecar is given."""
+    with open(rendered) as f:
+        for doc in yaml.safe_load_all(f):
+            if doc and doc["kind"] == "Deployment" and doc["metadata"]["name"] == deployment:
+                spec = doc["spec"]["template"]["spec"]
+                for c in spec.get("initContainers", []) + spec["containers"]:
+                    args = c.get("args", [])
+                    if "--lease-name" in args:
+                        return args[args.index("--lease-name") + 1]
+    raise ValueError(f"no --lease-name in Deployment {deployment}")

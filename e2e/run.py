@@ -1,0 +1,436 @@
+#!/usr/bin/env python3
+"""leader-gate's end-to-end suite: deploys the shipped manifests with a real
+collector into a namespace of its own on the cluster KUBECONFIG names, runs a
+seeded schedule of faults until the gated groups have handed over at least
+--handovers times, and judges duplicated and missed collection intervals and
+failed routed requests from the recorder's record alone (e2e/verdict.py).
+Prints a table, writes JSON, removes what it deployed. docs/e2e.md says how
+to run it and what each number means.
+
+    python3 e2e/run.py --handovers 100 --seed 1 [--kill-command ...] [--out DIR]
+
+Exit 0: every bound held; 1: a bound broke (the table and JSON say which);
+2: the run itself failed (a fault that never settled, a cluster error).
+"""
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import deploy  # noqa: E402
+import faults  # noqa: E402
+import verdict  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Failed(Exception):
+    pass
+
+
+class Cluster:
+    def __init__(self, kubeconfig, namespace, leader_gate):
+        self.kubeconfig, self.namespace, self.leader_gate = kubeconfig, namespace, leader_gate
+        self.env = dict(os.environ, KUBECONFIG=kubeconfig)
+
+    def run(self, argv, stdin=None, check=True):
+        p = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=self.env, timeout=600)
+        if check and p.returncode != 0:
+            raise Failed(f"{' '.join(argv)[:200]}: exit {p.returncode}: {p.stderr.strip()[:500]}")
+        return p.stdout
+
+    def kubectl(self, *args, stdin=None, check=True, namespaced=True):
+        ns = ["-n", self.namespace] if namespaced else []
+        return self.run(["kubectl", *ns, *args], stdin=stdin, check=check)
+
+    def json(self, *args):
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def pod(self, name):
+        return self.json("get", "pod", name)
+
+    def wait(self, ok, seconds, what):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            try:
+                if ok():
+                    return
+            except Failed:
+                pass
+            time.sleep(1)
+        raise Failed(f"timed out after {seconds}s waiting for: {what}")
+
+
+class Workload:
+    """A gated Deployment of the shipped manifests and how its record is read."""
+
+    def __init__(self, name, deployment, label, lease, collector, replicas, routed):
+        self.name, self.deployment, self.label, self.lease = name, deployment, label, lease
+        self.collector, self.replicas, self.routed = collector, replicas, routed
+
+    def pods(self, cluster, include_terminating=False):
+        items = cluster.json("get", "pods", "-l", f"app.kubernetes.io/name={self.label}")["items"]
+        return [p for p in items if include_terminating or not p["metadata"].get("deletionTimestamp")]
+
+    def holder(self, cluster):
+        try:
+            return cluster.json("get", "lease", self.lease)["spec"].get("holderIdentity")
+        except Failed:
+            return None
+
+    def wait_replacement(self, cluster, gone):
+        cluster.wait(lambda: all(p["metadata"]["name"] != gone for p in self.pods(cluster, True)), 240,
+                     f"{gone} gone")
+
+    def settled(self, cluster, since, evidence):
+        """All replicas Ready and up to date, the holder one of them, and the
+        record showing the holder at work since `since`."""
+        d = cluster.json("get", "deployment", self.deployment)
+        st = d["status"]
+        if not (st.get("updatedReplicas") == st.get("readyReplicas") == st.get("availableReplicas")
+                == d["spec"]["replicas"] == self.replicas and st.get("replicas") == self.replicas):
+            return False
+        pods = self.pods(cluster, include_terminating=True)
+        if any(p["metadata"].get("deletionTimestamp") for p in pods):
+            return False
+        holder = self.holder(cluster)
+        if holder not in {p["metadata"]["name"] for p in pods}:
+            return False
+        return evidence(self, holder, since)
+
+
+class Record:
+    """The recorder's and the client's logs, read through kubectl exec, and
+    the pod IP / process identity timeline that names who made each line."""
+
+    def __init__(self, cluster, routed_label):
+        self.cluster, self.routed_label = cluster, routed_label
+        self.snapshots = []          # (time, {ip: pod})
+        self.identities = {}         # process start time -> pod
+        self.offset = None           # epoch - uptime
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+
+    def clock(self, pod):
+        """epoch = uptime + offset, from the exec with the shortest round trip."""
+        best = None
+        for _ in range(5):
+            before = time.time()
+            up = float(self.cluster.kubectl("exec", pod, "--", "cat", "/proc/uptime").split()[0])
+            after = time.time()
+            if best is None or after - before < best[0]:
+                best = (after - before, (before + after) / 2 - up)
+        self.offset = best[1]
+        return best[0]
+
+    def watch(self, client):
+        while not self.stop.is_set():
+            try:
+                items = self.cluster.json("get", "pods")["items"]
+                ips = {p["status"]["podIP"]: p["metadata"]["name"] for p in items if p["status"].get("podIP")}
+                with self.lock:
+                    self.snapshots.append((time.time(), ips))
+                for p in items:
+                    name, ip = p["metadata"]["name"], p["status"].get("podIP")
+                    if (p["metadata"].get("labels", {}).get("app.kubernetes.io/name") == self.routed_label
+                            and ip and name not in self.identities.values()
+                            and p["status"].get("phase") == "Running"):
+                        out = self.cluster.kubectl(
+                            "exec", client, "--", "sh", "-c",
+                            f"(printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n'; sleep 0.2) | nc -w 2 {ip} 9102 "
+                            "| grep -m1 '^process_start_time_seconds' | cut -d' ' -f2", check=False).strip()
+                        if out:
+                            with self.lock:
+                                self.identities[out] = name
+            except (Failed, subprocess.TimeoutExpired, KeyError):
+                pass
+            self.stop.wait(2)
+
+    def pod_of_ip(self, ip, t):
+        with self.lock:
+            snaps = list(self.snapshots)
+        after = [s for s in snaps if s[0] >= t and ip in s[1]]
+        if after:
+            return after[0][1][ip]
+        before = [s for s in snaps if s[0] < t and ip in s[1]]
+        return before[-1][1][ip] if before else f"ip:{ip}"
+
+    def scrapes(self, recorder, since=None, tail=None):
+        cmd = ["cat", "/log/scrapes"] if tail is None else ["tail", "-n", str(tail), "/log/scrapes"]
+        out = self.cluster.kubectl("exec", recorder, "--", *cmd, check=False)
+        rows = []
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                t = float(parts[0]) + self.offset
+                if since is None or t >= since:
+                    rows.append((t, parts[1]))
+        return rows
+
+    def requests(self, client, since=None, tail=None):
+        cmd = ["cat", "/log/requests"] if tail is None else ["tail", "-n", str(tail), "/log/requests"]
+        out = self.cluster.kubectl("exec", client, "--", *cmd, check=False)
+        rows = []
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                t = float(parts[0]) + self.offset
+                if since is None or t >= since:
+                    ok = parts[1] != "FAIL"
+                    with self.lock:
+                        who = self.identities.get(parts[1], f"process:{parts[1]}") if ok else None
+                    rows.append((t, ok, who))
+        return rows
+
+
+def cost(cluster, workload, seconds=30):
+    """Each pod's sidecar: CPU (millicores over `seconds`) and working-set
+    memory, from the kubelet's resource metrics (what `kubectl top` reads)."""
+    def sample():
+        out = {}
+        pods = workload.pods(cluster)
+        names = {p["metadata"]["name"] for p in pods}
+        for node in {p["spec"]["nodeName"] for p in pods}:
+            text = cluster.kubectl("get", "--raw", f"/api/v1/nodes/{node}/proxy/metrics/resource",
+                                   namespaced=False)
+            for line in text.splitlines():
+                if not line.startswith(("container_cpu_usage_seconds_total{", "container_memory_working_set_bytes{")):
+                    continue
+                name, _, rest = line.partition("{")
+                labels = dict(kv.split("=", 1) for kv in rest.split("}")[0].split(","))
+                labels = {k: v.strip('"') for k, v in labels.items()}
+                if labels.get("pod") in names and labels.get("container") == "leader-gate":
+                    out[(labels["pod"], name)] = float(rest.split("}")[1].split()[0])
+        return time.time(), out
+
+    t0, a = sample()
+    time.sleep(seconds)
+    t1, b = sample()
+    holder = workload.holder(cluster)
+    rows = []
+    for (pod, metric), value in sorted(b.items()):
+        if metric != "container_cpu_usage_seconds_total" or (pod, metric) not in a:
+            continue
+        rows.append({
+            "workload": workload.name, "pod": pod, "role": "leader" if pod == holder else "follower",
+            "cpu_millicores": round((value - a[(pod, metric)]) / (t1 - t0) * 1000, 2),
+            "working_set_mib": round(b.get((pod, "container_memory_working_set_bytes"), 0) / 2**20, 2),
+        })
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", os.path.expanduser("~/.kube/config")))
+    ap.add_argument("--namespace", default="leader-gate-e2e")
+    ap.add_argument("--handovers", type=int, default=100, help="run faults until this many hand-overs")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--interval", type=int, default=10, help="Prometheus' scrape interval, seconds")
+    ap.add_argument("--leader-gate-image", default="ghcr.io/leader-gate/leader-gate:0.1.0")
+    ap.add_argument("--prometheus-image", default="prom/prometheus:v2.53.0")
+    ap.add_argument("--statsd-exporter-image", default="prom/statsd-exporter:v0.26.1")
+    ap.add_argument("--busybox-image", default="busybox:1.36", help="the recorder and the client")
+    ap.add_argument("--statsd-stand-in", action="store_true",
+                    help="run the routed Deployment's app as busybox httpd (a cluster that cannot pull statsd-exporter)")
+    ap.add_argument("--kill-command", default=None,
+                    help="SIGKILL a container through the runtime: a shell command with {node}, {node_number}, "
+                         "{container}; without it the kill-* faults are left out, and the report says so")
+    ap.add_argument("--kinds", default=",".join(faults.KINDS), help="fault kinds, comma-separated")
+    ap.add_argument("--leader-gate", default=os.path.join(ROOT, "target", "debug", "leader-gate"),
+                    help="the leader-gate binary `handover` runs from here")
+    ap.add_argument("--out", default="e2e-results")
+    ap.add_argument("--keep", action="store_true", help="leave the namespace in place")
+    args = ap.parse_args()
+
+    kinds = [k for k in args.kinds.split(",") if k]
+    left_out = {}
+    if not args.kill_command:
+        for k in faults.RUNTIME_KINDS:
+            if k in kinds:
+                kinds.remove(k)
+                left_out[k] = "no --kill-command: this cluster's runtime is not reachable from here"
+    os.makedirs(args.out, exist_ok=True)
+    cluster = Cluster(args.kubeconfig, args.namespace, args.leader_gate)
+    ns = args.namespace
+    started = time.time()
+    work = tempfile.mkdtemp(prefix="leader-gate-e2e-")
+    rendered = os.path.join(work, "rendered.yaml")
+    log = open(os.path.join(args.out, "faults.log"), "w")
+
+    def say(text):
+        line = f"[{time.strftime('%H:%M:%S')}] {text}"
+        print(line, flush=True)
+        log.write(line + "\n")
+        log.flush()
+
+    # The shipped lease timings of the two workloads (manifests/): the
+    # defaults, which neither overrides.
+    lease_duration, retry_period = 15, 2
+    exec_w = Workload("prometheus (exec)", "e2e-otel-cluster-collector", "otel-cluster-collector",
+                      "otel-cluster-collector-leader", "collector", 2, routed=False)
+    route_w = Workload("statsd-exporter (route)", "e2e-statsd-exporter", "statsd-exporter",
+                       "statsd-exporter-leader", "statsd-exporter", 3, routed=True)
+    workloads = [exec_w, route_w]
+    record = Record(cluster, route_w.label)
+    code = 0
+    try:
+        cluster.kubectl("create", "namespace", ns, namespaced=False, check=False)
+        cluster.kubectl("apply", "-f", "-", stdin=yaml_stream(deploy.recorder_objects(ns, args.busybox_image)))
+        cluster.kubectl("rollout", "status", "deployment/e2e-recorder", "--timeout=180s")
+        recorder_ip = cluster.json("get", "service", "e2e-recorder")["spec"]["clusterIP"]
+        images = {"leader-gate": args.leader_gate_image, "prometheus": args.prometheus_image,
+                  "statsd-exporter": args.busybox_image if args.statsd_stand_in else args.statsd_exporter_image}
+        deploy.overlay(os.path.join(work, "overlay"), os.path.join(ROOT, "manifests"), ns, images,
+                       recorder_ip, args.interval, args.statsd_stand_in)
+        with open(rendered, "w") as f:
+            f.write(cluster.kubectl("kustomize", os.path.join(work, "overlay"), namespaced=False))
+        cluster.kubectl("apply", "-f", rendered, namespaced=False)
+        # The Lease names as the overlay left them (a prefix moves some).
+        for w in workloads:
+            w.lease = deploy.lease_name(rendered, w.deployment)
+            say(f"{w.name}: Deployment {w.deployment}, Lease {w.lease}")
+        service_ip = cluster.json("get", "service", "e2e-statsd-exporter")["spec"]["clusterIP"]
+        cluster.kubectl("apply", "-f", "-", stdin=yaml_stream(deploy.client_objects(ns, args.busybox_image, service_ip)))
+        for w in workloads:
+            cluster.kubectl("rollout", "status", f"deployment/{w.deployment}", "--timeout=300s")
+        cluster.wait(lambda: cluster.pod("e2e-client")["status"]["phase"] == "Running", 120, "client running")
+        recorder = exec_w_pod(cluster, "e2e-recorder")
+        rtt = record.clock(recorder)
+        say(f"clock: recorder uptime + {record.offset:.3f} (round trip {rtt * 1000:.0f} ms)")
+        threading.Thread(target=record.watch, args=("e2e-client",), daemon=True).start()
+
+        def evidence(w, holder, since):
+            if w.routed:
+                return any(ok and who == holder for _, ok, who in record.requests("e2e-client", since, tail=40))
+            return any(record.pod_of_ip(ip, t) == holder for t, ip in record.scrapes(recorder, since, tail=10))
+
+        say("waiting for both groups to work")
+        for w in workloads:
+            cluster.wait(lambda w=w: w.settled(cluster, time.time() - 3 * args.interval, evidence), 300,
+                         f"{w.name} settled")
+        costs = [r for w in (exec_w, route_w) for r in cost(cluster, w)]
+        say(f"cost at idle: {json.dumps(costs)}")
+
+        # One thread per workload, each with its own seeded stream of
+        # faults, until the groups have handed over --handovers times in
+        # all; drains one at a time (two would cordon both nodes).
+        schedule, moved, broken = [], [0], []
+        lock, drain_lock = threading.Lock(), threading.Lock()
+
+        def faults_on(w, stream):
+            while not broken:
+                with lock:
+                    if moved[0] >= args.handovers:
+                        return
+                kind = stream.choice(kinds)
+                leader = w.holder(cluster)
+                start = time.time()
+                try:
+                    if kind == "drain":
+                        with drain_lock:
+                            what = faults.act(kind, cluster, w, leader, args.kill_command)
+                    else:
+                        what = faults.act(kind, cluster, w, leader, args.kill_command)
+                    cluster.wait(lambda: w.settled(cluster, start, evidence), 300,
+                                 f"{w.name} settled after {kind}")
+                except (Failed, StopIteration, KeyError) as e:
+                    say(f"FAILED: {w.name} {kind}: {e}")
+                    with lock:
+                        schedule.append({"workload": w.name, "kind": kind, "graceful": faults.KINDS[kind],
+                                         "start": start, "end": time.time(), "what": str(e), "settled": False})
+                        broken.append(e)
+                    return
+                time.sleep(args.interval + 1)   # the next scrape after the fault, in its window
+                end = time.time()
+                now = w.holder(cluster)
+                with lock:
+                    moved[0] += now != leader
+                    schedule.append({"workload": w.name, "kind": kind, "graceful": faults.KINDS[kind],
+                                     "start": start, "end": end, "what": what, "settled": True,
+                                     "holder_before": leader, "holder_after": now})
+                    say(f"{len(schedule):3d} {w.name:24s} {kind:20s} {end - start:5.1f}s {what} -> {now} "
+                        f"({moved[0]} moved)")
+
+        threads = [threading.Thread(target=faults_on, args=(w, random.Random(f"{args.seed}/{w.name}")))
+                   for w in workloads]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if broken:
+            code = 2
+        schedule.sort(key=lambda f: f["start"])
+        costs += [dict(r, when="after the schedule") for w in (exec_w, route_w) for r in cost(cluster, w)]
+
+        scrapes = [(t, record.pod_of_ip(ip, t)) for t, ip in record.scrapes(recorder)]
+        requests = record.requests("e2e-client")
+        first = schedule[0]["start"] if schedule else time.time()
+        verdicts = {}
+        for w in workloads:
+            mine = [f for f in schedule if f["workload"] == w.name]
+            if w.routed:
+                answered = [(t, who) for t, ok, who in requests if ok and t >= first - 60]
+                v = verdict.judge(answered, 1.0, mine, lease_duration, retry_period,
+                                  [r for r in requests if r[0] >= first - 60])
+            else:
+                v = verdict.judge([s for s in scrapes if s[0] >= first - 60], args.interval, mine,
+                                  lease_duration, retry_period)
+            verdicts[w.name] = v
+        failures = [f"{w}: {f}" for w, v in verdicts.items() for f in v["failures"]]
+        if failures and code == 0:
+            code = 1
+        report = {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "minutes": round((time.time() - started) / 60, 1),
+            "seed": args.seed, "interval": args.interval, "lease_duration": lease_duration,
+            "retry_period": retry_period, "kinds": kinds, "left_out": left_out,
+            "schedule": schedule, "verdicts": verdicts, "cost": costs, "failures": failures,
+        }
+        with open(os.path.join(args.out, "report.json"), "w") as f:
+            json.dump(report, f, indent=1)
+        print(verdict.table(verdicts, args.interval))
+        print("routed Service: the 'interval' is 1 s (the client asks every ~0.3 s)")
+        for k, why in left_out.items():
+            print(f"left out: {k}: {why}")
+        print("cost (leader-gate sidecar):")
+        for r in costs:
+            print(f"  {r['workload']:24s} {r['role']:8s} {r['cpu_millicores']:6.2f} m  {r['working_set_mib']:6.2f} MiB  {r.get('when', 'idle, before')}")
+        for line in failures:
+            print("FAIL", line)
+        print(f"{'PASS' if code == 0 else 'FAIL'}: {sum(v['totals']['handovers'] for v in verdicts.values())} hand-overs, "
+              f"{len(schedule)} faults, {report['minutes']} min; {os.path.join(args.out, 'report.json')}")
+    except Failed as e:
+        say(f"run failed: {e}")
+        code = 2
+    finally:
+        record.stop.set()
+        if not args.keep:
+            cluster.kubectl("delete", "namespace", ns, "--wait=false", namespaced=False, check=False)
+            if os.path.exists(rendered):
+                cluster.kubectl("delete", "-f", rendered, "--ignore-not-found", "--wait=false",
+                                namespaced=False, check=False)
+    return code
+
+
+def exec_w_pod(cluster, label):
+    items = cluster.json("get", "pods", "-l", f"app.kubernetes.io/name={label}")["items"]
+    running = [p for p in items if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+    if not running:
+        raise Failed(f"no running {label} pod")
+    return running[0]["metadata"]["name"]
+
+
+def yaml_stream(docs):
+    return "".join("---\n" + json.dumps(d) + "\n" for d in docs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
