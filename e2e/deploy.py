@@ -8,8 +8,12 @@ the examples' ones, plus the recorder and the routed Service's client.
 - `statsd-exporter` (manifests/deployment-routing.yaml, the route gate):
   as shipped; a client sends it a request through its Service every
   quarter second and logs which process answered.
-- The Metricbeat examples are left out (their collector is not in the
-  suite); the RBAC, the FlowSchema and the NetworkPolicies come along.
+- `metricbeat` (manifests/metricbeat-daemonset.yaml, the file gate): its
+  Metricbeat replaced by Prometheus, whose `file_sd` job reads the
+  directory the file gate places `cluster.json` in (docs/gates.md's
+  Prometheus `file_sd` way), with the DaemonSet's own timings.
+- The Metricbeat cluster-split example is left out; the RBAC, the
+  FlowSchema and the NetworkPolicies come along.
 - `e2e-recorder`: the cluster-wide target. busybox httpd with a CGI script
   that logs each request's time (the node's /proc/uptime) and source IP.
 """
@@ -63,21 +67,16 @@ def overlay(directory, manifests, namespace, images, recorder_ip, interval, stan
     link = os.path.join(directory, "project")
     if not os.path.islink(link):
         os.symlink(os.path.abspath(manifests), link)
+    # The Metricbeat cluster-split example has no place here; the
+    # DaemonSet stays, its Metricbeat replaced by Prometheus (file_sd()).
     delete = [
-        ("apps/v1", "DaemonSet", "metricbeat"),
         ("apps/v1", "Deployment", "metricbeat-cluster"),
-        ("v1", "ServiceAccount", "metricbeat"),
         ("v1", "ServiceAccount", "metricbeat-cluster"),
-        ("rbac.authorization.k8s.io/v1", "ClusterRole", "metricbeat"),
-        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "metricbeat"),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "metricbeat-cluster"),
         ("rbac.authorization.k8s.io/v1", "Role", "metricbeat-cluster-leader-gate"),
         ("rbac.authorization.k8s.io/v1", "RoleBinding", "metricbeat-cluster-leader-gate"),
-        ("rbac.authorization.k8s.io/v1", "Role", "leader-gate"),
-        ("rbac.authorization.k8s.io/v1", "RoleBinding", "leader-gate"),
     ] + [("v1", "ConfigMap", n) for n in (
-        "metricbeat-cluster-base-modules", "metricbeat-cluster-config", "metricbeat-cluster-leader-only",
-        "metricbeat-config", "metricbeat-leader-only", "metricbeat-node-modules")]
+        "metricbeat-cluster-base-modules", "metricbeat-cluster-config", "metricbeat-cluster-leader-only")]
     patches = []
     for api, kind, name in delete:
         doc = {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": "monitoring"},
@@ -126,6 +125,7 @@ def overlay(directory, manifests, namespace, images, recorder_ip, interval, stan
             {"name": "ghcr.io/leader-gate/leader-gate", **split(images["leader-gate"])},
             {"name": "otel/opentelemetry-collector-contrib", **split(images["prometheus"])},
             {"name": "prom/statsd-exporter", **split(images["statsd-exporter"])},
+            {"name": "docker.elastic.co/beats/metricbeat", **split(images["prometheus"])},
         ],
         "patches": patches,
     }
@@ -186,14 +186,51 @@ def client_objects(namespace, image, service_ip):
     ]
 
 
-def lease_name(rendered, deployment):
-    """The --lease-name the rendered Deployment's sidecar is given."""
-    with open(rendered) as f:
-        for doc in yaml.safe_load_all(f):
-            if doc and doc["kind"] == "Deployment" and doc["metadata"]["name"] == deployment:
-                spec = doc["spec"]["template"]["spec"]
-                for c in spec.get("initContainers", []) + spec["containers"]:
-                    args = c.get("args", [])
-                    if "--lease-name" in args:
-                        return args[args.index("--lease-name") + 1]
-    raise ValueError(f"no --lease-name in Deployment {deployment}")
+def sidecar_flags(docs, kind, name):
+    """The rendered workload's sidecar: its Lease name, lease duration and
+    retry period (seconds; the defaults when it sets none)."""
+    for doc in docs:
+        if doc and doc["kind"] == kind and doc["metadata"]["name"] == name:
+            spec = doc["spec"]["template"]["spec"]
+            for c in spec.get("initContainers", []) + spec["containers"]:
+                args = c.get("args", [])
+                if args[:1] == ["serve"] and "--lease-name" in args:
+                    flag = lambda f, default: next(
+                        (int(a.split("=", 1)[1].rstrip("s")) for a in args if a.startswith(f + "=")), default)
+                    return (args[args.index("--lease-name") + 1],
+                            flag("--lease-duration", 15), flag("--retry-period", 2))
+    raise ValueError(f"no leader-gate serve in {kind} {name}")
+
+
+FILE_SD_DIR = "/usr/share/metricbeat/modules.d"
+
+
+def file_sd(docs, recorder, interval):
+    """The DaemonSet's Metricbeat made Prometheus with a leader-only
+    `file_sd` job (in the rendered documents, in place): the file gate
+    places `cluster.json` (the recorder as target) where Metricbeat's
+    leader-only module went, and the sidecar checks Prometheus' health."""
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs if d}
+    config = by[("ConfigMap", "e2e-metricbeat-config")]
+    config["data"]["prometheus.yml"] = yaml.safe_dump({
+        "global": {"scrape_interval": f"{interval}s", "scrape_timeout": f"{max(1, interval // 2)}s"},
+        "scrape_configs": [{
+            "job_name": "cluster",
+            "metrics_path": "/cgi-bin/metrics",
+            "file_sd_configs": [{"files": [f"{FILE_SD_DIR}/*.json"]}],
+        }],
+    })
+    by[("ConfigMap", "e2e-metricbeat-leader-only")]["data"] = {
+        "cluster.json": '[{"targets": ["%s"]}]\n' % recorder}
+    pod = by[("DaemonSet", "e2e-metricbeat")]["spec"]["template"]["spec"]
+    for c in pod["initContainers"]:
+        if c["name"] == "leader-gate":
+            c["args"] = ["--collector-health-url=http://127.0.0.1:9090/-/healthy"
+                         if a.startswith("--collector-health-url=") else a for a in c["args"]]
+        if c["name"] == "file-gate":
+            c["args"] = [f"/etc/leader-only/cluster.json:{FILE_SD_DIR}/cluster.json"
+                         if ":" in a and not a.startswith("-") else a for a in c["args"]]
+    collector = pod["containers"][0]
+    collector["args"] = ["--config.file=/etc/metricbeat/prometheus.yml",
+                         "--storage.tsdb.path=/usr/share/metricbeat/data", "--web.listen-address=:9090"]
+    collector.pop("command", None)

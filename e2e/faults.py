@@ -31,8 +31,8 @@ def act(kind, cluster, workload, leader, kill_command):
     did, in words."""
     ns, deploy = cluster.namespace, workload.deployment
     if kind == "rollout-restart":
-        cluster.kubectl("rollout", "restart", f"deployment/{deploy}")
-        cluster.kubectl("rollout", "status", f"deployment/{deploy}", "--timeout=300s")
+        cluster.kubectl("rollout", "restart", workload.ref)
+        cluster.kubectl("rollout", "status", workload.ref, "--timeout=300s")
         return f"rollout restart of {deploy}"
     if kind == "delete-leader":
         cluster.kubectl("delete", "pod", leader, "--wait=false")

@@ -25,6 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import yaml  # noqa: E402
+
 import deploy  # noqa: E402
 import faults  # noqa: E402
 import verdict  # noqa: E402
@@ -72,9 +74,15 @@ class Cluster:
 class Workload:
     """A gated Deployment of the shipped manifests and how its record is read."""
 
-    def __init__(self, name, deployment, label, lease, collector, replicas, routed):
-        self.name, self.deployment, self.label, self.lease = name, deployment, label, lease
+    def __init__(self, name, kind, deployment, label, collector, replicas, routed, kinds):
+        self.name, self.kind, self.deployment, self.label = name, kind, deployment, label
         self.collector, self.replicas, self.routed = collector, replicas, routed
+        self.kinds = kinds  # the fault kinds that apply to it
+        self.lease, self.lease_duration, self.retry_period = None, 15, 2
+
+    @property
+    def ref(self):
+        return f"{self.kind.lower()}/{self.deployment}"
 
     def pods(self, cluster, include_terminating=False):
         items = cluster.json("get", "pods", "-l", f"app.kubernetes.io/name={self.label}")["items"]
@@ -93,10 +101,14 @@ class Workload:
     def settled(self, cluster, since, evidence):
         """All replicas Ready and up to date, the holder one of them, and the
         record showing the holder at work since `since`."""
-        d = cluster.json("get", "deployment", self.deployment)
+        d = cluster.json("get", self.kind, self.deployment)
         st = d["status"]
-        if not (st.get("updatedReplicas") == st.get("readyReplicas") == st.get("availableReplicas")
-                == d["spec"]["replicas"] == self.replicas and st.get("replicas") == self.replicas):
+        if self.kind == "Deployment":
+            if not (st.get("updatedReplicas") == st.get("readyReplicas") == st.get("availableReplicas")
+                    == d["spec"]["replicas"] == self.replicas and st.get("replicas") == self.replicas):
+                return False
+        elif not (st.get("desiredNumberScheduled") == st.get("numberReady") == st.get("updatedNumberScheduled")
+                  == st.get("numberAvailable") == self.replicas):
             return False
         pods = self.pods(cluster, include_terminating=True)
         if any(p["metadata"].get("deletionTimestamp") for p in pods):
@@ -115,6 +127,7 @@ class Record:
         self.cluster, self.routed_label = cluster, routed_label
         self.snapshots = []          # (time, {ip: pod})
         self.identities = {}         # process start time -> pod
+        self.asked = {}              # pod -> its containers' restarts when last asked
         self.offset = None           # epoch - uptime
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -140,8 +153,11 @@ class Record:
                     self.snapshots.append((time.time(), ips))
                 for p in items:
                     name, ip = p["metadata"]["name"], p["status"].get("podIP")
+                    # A restarted container is a new process, with a start
+                    # time of its own: ask again after every restart.
+                    restarts = sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses", []))
                     if (p["metadata"].get("labels", {}).get("app.kubernetes.io/name") == self.routed_label
-                            and ip and name not in self.identities.values()
+                            and ip and self.asked.get(name) != restarts
                             and p["status"].get("phase") == "Running"):
                         out = self.cluster.kubectl(
                             "exec", client, "--", "sh", "-c",
@@ -150,6 +166,7 @@ class Record:
                         if out:
                             with self.lock:
                                 self.identities[out] = name
+                                self.asked[name] = restarts
             except (Failed, subprocess.TimeoutExpired, KeyError):
                 pass
             self.stop.wait(2)
@@ -246,6 +263,8 @@ def main():
     ap.add_argument("--kinds", default=",".join(faults.KINDS), help="fault kinds, comma-separated")
     ap.add_argument("--leader-gate", default=os.path.join(ROOT, "target", "debug", "leader-gate"),
                     help="the leader-gate binary `handover` runs from here")
+    ap.add_argument("--workloads", default="exec,route,file_sd",
+                    help="which gated groups: exec (Prometheus), route (statsd-exporter), file_sd (Prometheus)")
     ap.add_argument("--out", default="e2e-results")
     ap.add_argument("--keep", action="store_true", help="leave the namespace in place")
     args = ap.parse_args()
@@ -273,12 +292,16 @@ def main():
 
     # The shipped lease timings of the two workloads (manifests/): the
     # defaults, which neither overrides.
-    lease_duration, retry_period = 15, 2
-    exec_w = Workload("prometheus (exec)", "e2e-otel-cluster-collector", "otel-cluster-collector",
-                      "otel-cluster-collector-leader", "collector", 2, routed=False)
-    route_w = Workload("statsd-exporter (route)", "e2e-statsd-exporter", "statsd-exporter",
-                       "statsd-exporter-leader", "statsd-exporter", 3, routed=True)
-    workloads = [exec_w, route_w]
+    nodes = len(json.loads(cluster.kubectl("get", "nodes", "-o", "json", namespaced=False))["items"])
+    pod_kinds = [k for k in kinds if k not in ("drain", "scale-down-up")]  # a DaemonSet's
+    exec_w = Workload("prometheus (exec)", "Deployment", "e2e-otel-cluster-collector", "otel-cluster-collector",
+                      "collector", 2, routed=False, kinds=kinds)
+    route_w = Workload("statsd-exporter (route)", "Deployment", "e2e-statsd-exporter", "statsd-exporter",
+                       "statsd-exporter", 3, routed=True, kinds=kinds)
+    file_w = Workload("prometheus (file_sd)", "DaemonSet", "e2e-metricbeat", "metricbeat",
+                      "metricbeat", nodes, routed=False, kinds=pod_kinds)
+    chosen = set(args.workloads.split(","))
+    workloads = [w for w in (exec_w, route_w, file_w) if w.name.split("(")[1].rstrip(")") in chosen]
     record = Record(cluster, route_w.label)
     code = 0
     try:
@@ -290,17 +313,26 @@ def main():
                   "statsd-exporter": args.busybox_image if args.statsd_stand_in else args.statsd_exporter_image}
         deploy.overlay(os.path.join(work, "overlay"), os.path.join(ROOT, "manifests"), ns, images,
                        recorder_ip, args.interval, args.statsd_stand_in)
+        docs = [d for d in yaml.safe_load_all(cluster.kubectl("kustomize", os.path.join(work, "overlay"),
+                                                                namespaced=False)) if d]
+        deploy.file_sd(docs, f"{recorder_ip}:8080", args.interval)
+        wanted = {w.deployment for w in workloads}
+        docs = [d for d in docs if d["kind"] not in ("Deployment", "DaemonSet") or d["metadata"]["name"] in wanted]
         with open(rendered, "w") as f:
-            f.write(cluster.kubectl("kustomize", os.path.join(work, "overlay"), namespaced=False))
+            yaml.safe_dump_all(docs, f)
         cluster.kubectl("apply", "-f", rendered, namespaced=False)
-        # The Lease names as the overlay left them (a prefix moves some).
+        # The Lease names and timings as the overlay left them (a prefix
+        # moves some names).
         for w in workloads:
-            w.lease = deploy.lease_name(rendered, w.deployment)
-            say(f"{w.name}: Deployment {w.deployment}, Lease {w.lease}")
+            w.lease, w.lease_duration, w.retry_period = deploy.sidecar_flags(docs, w.kind, w.deployment)
+            say(f"{w.name}: {w.kind} {w.deployment}, Lease {w.lease} "
+                f"({w.lease_duration}s/{w.retry_period}s)")
         service_ip = cluster.json("get", "service", "e2e-statsd-exporter")["spec"]["clusterIP"]
+        # The client asks the routed Service even when the routed workload
+        # is not in this run (it then fails every request, judged nowhere).
         cluster.kubectl("apply", "-f", "-", stdin=yaml_stream(deploy.client_objects(ns, args.busybox_image, service_ip)))
         for w in workloads:
-            cluster.kubectl("rollout", "status", f"deployment/{w.deployment}", "--timeout=300s")
+            cluster.kubectl("rollout", "status", w.ref, "--timeout=300s")
         cluster.wait(lambda: cluster.pod("e2e-client")["status"]["phase"] == "Running", 120, "client running")
         recorder = exec_w_pod(cluster, "e2e-recorder")
         rtt = record.clock(recorder)
@@ -316,7 +348,7 @@ def main():
         for w in workloads:
             cluster.wait(lambda w=w: w.settled(cluster, time.time() - 3 * args.interval, evidence), 300,
                          f"{w.name} settled")
-        costs = [r for w in (exec_w, route_w) for r in cost(cluster, w)]
+        costs = [r for w in workloads for r in cost(cluster, w)]
         say(f"cost at idle: {json.dumps(costs)}")
 
         # One thread per workload, each with its own seeded stream of
@@ -330,7 +362,7 @@ def main():
                 with lock:
                     if moved[0] >= args.handovers:
                         return
-                kind = stream.choice(kinds)
+                kind = stream.choice(w.kinds)
                 leader = w.holder(cluster)
                 start = time.time()
                 try:
@@ -368,9 +400,11 @@ def main():
         if broken:
             code = 2
         schedule.sort(key=lambda f: f["start"])
-        costs += [dict(r, when="after the schedule") for w in (exec_w, route_w) for r in cost(cluster, w)]
+        costs += [dict(r, when="after the schedule") for w in workloads for r in cost(cluster, w)]
 
         scrapes = [(t, record.pod_of_ip(ip, t)) for t, ip in record.scrapes(recorder)]
+        # A scrape nobody can be named for could hide a duplicate: it fails the run.
+        unnamed = [s for s in scrapes if s[1].startswith("ip:")]
         requests = record.requests("e2e-client")
         first = schedule[0]["start"] if schedule else time.time()
         verdicts = {}
@@ -378,20 +412,23 @@ def main():
             mine = [f for f in schedule if f["workload"] == w.name]
             if w.routed:
                 answered = [(t, who) for t, ok, who in requests if ok and t >= first - 60]
-                v = verdict.judge(answered, 1.0, mine, lease_duration, retry_period,
+                v = verdict.judge(answered, 1.0, mine, w.lease_duration, w.retry_period,
                                   [r for r in requests if r[0] >= first - 60])
             else:
-                v = verdict.judge([s for s in scrapes if s[0] >= first - 60], args.interval, mine,
-                                  lease_duration, retry_period)
+                pods = w.label
+                v = verdict.judge([s for s in scrapes if s[0] >= first - 60 and pods in s[1]], args.interval,
+                                  mine, w.lease_duration, w.retry_period)
             verdicts[w.name] = v
         failures = [f"{w}: {f}" for w, v in verdicts.items() for f in v["failures"]]
+        failures += [f"a scrape at {t:.2f} from {who}, no pod of the namespace" for t, who in unnamed]
         if failures and code == 0:
             code = 1
         report = {
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "minutes": round((time.time() - started) / 60, 1),
-            "seed": args.seed, "interval": args.interval, "lease_duration": lease_duration,
-            "retry_period": retry_period, "kinds": kinds, "left_out": left_out,
+            "seed": args.seed, "interval": args.interval,
+            "leases": {w.name: [w.lease, w.lease_duration, w.retry_period] for w in workloads},
+            "kinds": kinds, "left_out": left_out,
             "schedule": schedule, "verdicts": verdicts, "cost": costs, "failures": failures,
         }
         with open(os.path.join(args.out, "report.json"), "w") as f:
