@@ -75,6 +75,7 @@ def overlay(directory, manifests, namespace, images, recorder_ip, interval, stan
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "metricbeat-cluster"),
         ("rbac.authorization.k8s.io/v1", "Role", "metricbeat-cluster-leader-gate"),
         ("rbac.authorization.k8s.io/v1", "RoleBinding", "metricbeat-cluster-leader-gate"),
+        ("policy/v1", "PodDisruptionBudget", "metricbeat-cluster"),
     ] + [("v1", "ConfigMap", n) for n in (
         "metricbeat-cluster-base-modules", "metricbeat-cluster-config", "metricbeat-cluster-leader-only")]
     patches = []

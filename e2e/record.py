@@ -1,0 +1,99 @@
+"""The record the verdict is judged from: the recorder's log of scrapes and
+the client's log of requests to the routed Service, read through kubectl
+exec, and what names the pod behind each line (the namespace's pod IPs
+every 2 s; each routed process' start time, asked of the pod itself)."""
+
+import subprocess
+import threading
+import time
+
+from cluster import Failed
+
+
+class Record:
+    """The recorder's and the client's logs, read through kubectl exec, and
+    the pod IP / process identity timeline that names who made each line."""
+
+    def __init__(self, cluster, routed_label):
+        self.cluster, self.routed_label = cluster, routed_label
+        self.snapshots = []          # (time, {ip: pod})
+        self.identities = {}         # process start time -> pod
+        self.asked = {}              # pod -> its containers' restarts when last asked
+        self.offset = None           # epoch - uptime
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+
+    def clock(self, pod):
+        """epoch = uptime + offset, from the exec with the shortest round trip."""
+        best = None
+        for _ in range(5):
+            before = time.time()
+            up = float(self.cluster.kubectl("exec", pod, "--", "cat", "/proc/uptime").split()[0])
+            after = time.time()
+            if best is None or after - before < best[0]:
+                best = (after - before, (before + after) / 2 - up)
+        self.offset = best[1]
+        return best[0]
+
+    def watch(self, client):
+        while not self.stop.is_set():
+            try:
+                items = self.cluster.json("get", "pods")["items"]
+                ips = {p["status"]["podIP"]: p["metadata"]["name"] for p in items if p["status"].get("podIP")}
+                with self.lock:
+                    self.snapshots.append((time.time(), ips))
+                for p in items:
+                    name, ip = p["metadata"]["name"], p["status"].get("podIP")
+                    # A restarted container is a new process, with a start
+                    # time of its own: ask again after every restart.
+                    restarts = sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses", []))
+                    if (p["metadata"].get("labels", {}).get("app.kubernetes.io/name") == self.routed_label
+                            and ip and self.asked.get(name) != restarts
+                            and p["status"].get("phase") == "Running"):
+                        out = self.cluster.kubectl(
+                            "exec", client, "--", "sh", "-c",
+                            f"(printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n'; sleep 0.2) | nc -w 2 {ip} 9102 "
+                            "| grep -m1 '^process_start_time_seconds' | cut -d' ' -f2", check=False).strip()
+                        if out:
+                            with self.lock:
+                                self.identities[out] = name
+                                self.asked[name] = restarts
+            except (Failed, subprocess.TimeoutExpired, KeyError):
+                pass
+            self.stop.wait(2)
+
+    def pod_of_ip(self, ip, t):
+        with self.lock:
+            snaps = list(self.snapshots)
+        after = [s for s in snaps if s[0] >= t and ip in s[1]]
+        if after:
+            return after[0][1][ip]
+        before = [s for s in snaps if s[0] < t and ip in s[1]]
+        return before[-1][1][ip] if before else f"ip:{ip}"
+
+    def scrapes(self, recorder, since=None, tail=None):
+        cmd = ["cat", "/log/scrapes"] if tail is None else ["tail", "-n", str(tail), "/log/scrapes"]
+        out = self.cluster.kubectl("exec", recorder, "--", *cmd, check=False)
+        rows = []
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                t = float(parts[0]) + self.offset
+                if since is None or t >= since:
+                    rows.append((t, parts[1]))
+        return rows
+
+    def requests(self, client, since=None, tail=None):
+        cmd = ["cat", "/log/requests"] if tail is None else ["tail", "-n", str(tail), "/log/requests"]
+        out = self.cluster.kubectl("exec", client, "--", *cmd, check=False)
+        rows = []
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                t = float(parts[0]) + self.offset
+                if since is None or t >= since:
+                    ok = parts[1] != "FAIL"
+                    with self.lock:
+                        who = self.identities.get(parts[1], f"process:{parts[1]}") if ok else None
+                    rows.append((t, ok, who))
+        return rows
