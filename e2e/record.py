@@ -71,9 +71,11 @@ class Record:
         before = [s for s in snaps if s[0] < t and ip in s[1]]
         return before[-1][1][ip] if before else f"ip:{ip}"
 
-    def scrapes(self, recorder, since=None, tail=None):
-        cmd = ["cat", "/log/scrapes"] if tail is None else ["tail", "-n", str(tail), "/log/scrapes"]
-        out = self.cluster.kubectl("exec", recorder, "--", *cmd, check=False)
+    def lines(self, pod, path, since=None, tail=None):
+        """(time on the suite's clock, value) for each line of a log
+        ("UPTIME VALUE") in `pod`, from `since` on; the last `tail` only."""
+        cmd = ["cat", path] if tail is None else ["tail", "-n", str(tail), path]
+        out = self.cluster.kubectl("exec", pod, "--", *cmd, check=False)
         rows = []
         for line in out.splitlines():
             parts = line.split()
@@ -83,17 +85,16 @@ class Record:
                     rows.append((t, parts[1]))
         return rows
 
+    def scrapes(self, recorder, since=None, tail=None):
+        """(time, source address) of each scrape the recorder logged."""
+        return self.lines(recorder, "/log/scrapes", since, tail)
+
     def requests(self, client, since=None, tail=None):
-        cmd = ["cat", "/log/requests"] if tail is None else ["tail", "-n", str(tail), "/log/requests"]
-        out = self.cluster.kubectl("exec", client, "--", *cmd, check=False)
+        """(time, answered, pod) of each request the client logged."""
         rows = []
-        for line in out.splitlines():
-            parts = line.split()
-            if len(parts) == 2:
-                t = float(parts[0]) + self.offset
-                if since is None or t >= since:
-                    ok = parts[1] != "FAIL"
-                    with self.lock:
-                        who = self.identities.get(parts[1], f"process:{parts[1]}") if ok else None
-                    rows.append((t, ok, who))
+        for t, answer in self.lines(client, "/log/requests", since, tail):
+            ok = answer != "FAIL"
+            with self.lock:
+                who = self.identities.get(answer, f"process:{answer}") if ok else None
+            rows.append((t, ok, who))
         return rows
