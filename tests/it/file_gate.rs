@@ -467,6 +467,11 @@ async fn sigkill_of_the_file_gate_removes_its_copy_at_once() {
     let pod = &mut pods[0];
     pod.expect("started-leading", TIMING.lease * 2).await;
     let (n, _) = pod.dst(1, true, TIMING.lease).await;
+    // The placement's reload first (POSTs go in the background): killed
+    // before it was sent, the gate would leave two POSTs, not three. Seen
+    // in CI on a loaded machine.
+    let placed = pod.reloads.wait_count(2, SECOND * 5).await;
+    assert_eq!(placed[1].existed, [true], "{placed:#?}");
 
     // Its guard sees it die and removes the copy while the pod still leads.
     let killed = Instant::now();
@@ -499,6 +504,7 @@ async fn a_file_gate_restarted_after_its_container_was_killed_removes_the_stale_
     let pod = &mut pods[0];
     pod.expect("started-leading", TIMING.lease * 2).await;
     pod.dst(1, true, TIMING.lease).await;
+    pod.reloads.wait_count(2, SECOND * 5).await; // the placement's reload, sent
 
     // The gate and its guard killed at once (a gate that is its
     // container's PID 1, a group OOM kill) leave the file: nothing is left
