@@ -87,7 +87,9 @@ def overlay(directory, manifests, namespace, images, recorder_ip, interval, stan
         patches.append({"patch": yaml.safe_dump(doc)})
     command = ["/gate/leader-gate", "exec", "--log-format=json", "--grace", "3s", "--",
                "/bin/prometheus", "--config.file=/conf/prometheus.yml",
-               "--storage.tsdb.path=/prometheus", "--web.listen-address=:9090"]
+               "--storage.tsdb.path=/prometheus", "--web.listen-address=:9090",
+               # Discovered targets reach the scrape loops within 1 s, not 5 s.
+               "--scrape.discovery-reload-interval=1s"]
     patches.append({
         "target": {"kind": "Deployment", "name": "otel-cluster-collector"},
         "patch": yaml.safe_dump([
@@ -229,9 +231,18 @@ def file_sd(docs, recorder, interval):
             c["args"] = ["--collector-health-url=http://127.0.0.1:9090/-/healthy"
                          if a.startswith("--collector-health-url=") else a for a in c["args"]]
         if c["name"] == "file-gate":
+            # Prometheus' own proof that the job's targets are gone, in place
+            # of Metricbeat's.
+            status = {"--status-url": "http://127.0.0.1:9090/metrics",
+                      "--stopped-when": 'prometheus_target_scrape_pool_targets{scrape_job="cluster"} == 0'}
             c["args"] = [f"/etc/leader-only/cluster.json:{FILE_SD_DIR}/cluster.json"
-                         if ":" in a and not a.startswith("-") else a for a in c["args"]]
+                         if ":" in a and not a.startswith("-")
+                         else f"{a.split('=')[0]}={status[a.split('=')[0]]}" if a.split("=")[0] in status
+                         else a for a in c["args"]]
+            assert all(any(a.startswith(k + "=") for a in c["args"]) for k in status), c["args"]
     collector = pod["containers"][0]
     collector["args"] = ["--config.file=/etc/metricbeat/prometheus.yml",
-                         "--storage.tsdb.path=/usr/share/metricbeat/data", "--web.listen-address=:9090"]
+                         "--storage.tsdb.path=/usr/share/metricbeat/data", "--web.listen-address=:9090",
+                         # Discovered targets reach the scrape loops within 1 s, not 5 s.
+                         "--scrape.discovery-reload-interval=1s"]
     collector.pop("command", None)

@@ -140,12 +140,15 @@ async fn run_client(command: Command, format: LogFormat) -> ExitCode {
         Command::FileGate(FileGateArgs {
             client,
             reload_url,
+            status_url,
+            stopped_when,
             mode,
             mappings,
         }) => {
             let options = file_gate::FileGateOptions {
                 url: client.gate(),
                 reload: reload_url,
+                status: status_url.zip(stopped_when),
                 mode,
                 mappings,
             };

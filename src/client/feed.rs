@@ -155,6 +155,8 @@ pub struct Feed {
     /// The term held here when the outage now under way was reported: its
     /// confirmation after a reconnect is said ([`Signal::Resumed`]).
     held_through_outage: Option<String>,
+    /// See [`Feed::heard_not_leading`].
+    heard_not_leading: bool,
 }
 
 struct Stream {
@@ -184,6 +186,7 @@ impl Feed {
             stopped: None,
             place: None,
             held_through_outage: None,
+            heard_not_leading: false,
         }
     }
 
@@ -259,6 +262,13 @@ impl Feed {
                 )),
             }
         }
+    }
+
+    /// The sidecar said at least once that this pod does not lead the
+    /// followed Lease (a `state` saying so, or a `stopped-leading`): every
+    /// term after that began while this feed listened.
+    pub fn heard_not_leading(&self) -> bool {
+        self.heard_not_leading
     }
 
     /// The followed Lease and its shard, once the sidecar named them.
@@ -500,6 +510,7 @@ impl Feed {
             "state" => {
                 let leading = data["leading"].as_bool().unwrap_or(false);
                 self.validity = confirmed().filter(|_| leading);
+                self.heard_not_leading |= ours && !leading;
                 // The sidecar says that term ended: as a `stopped-leading`
                 // would have, had this stream not missed it.
                 if let Some(term) = data["last_term"].as_str()
@@ -515,6 +526,7 @@ impl Feed {
             }
             "stopped-leading" => {
                 self.validity = None;
+                self.heard_not_leading |= ours;
                 if let Some(term) = data["term"].as_str() {
                     self.stopped = Some(term.to_owned());
                 }

@@ -18,6 +18,8 @@
 //! - [`death_guard`]: a forked process that acts when its parent is killed
 //!   (`exec`'s group, `file-gate`'s copies).
 //! - [`file_gate`]: `leader-gate file-gate SRC:DST…`, files present only while leading.
+//! - [`collector_status`]: `--stopped-when`, a collector's own status read as
+//!   the proof that the gated work stopped.
 //! - [`install`]: `leader-gate install DEST`'s argument (the copy itself is main's).
 //!
 //! Each client's own flags are next to it (`WatchArgs` in [`watch`], …).
@@ -29,6 +31,7 @@
 //! Nothing here touches the server side's state: clients know the sidecar
 //! only through HTTP, as a collector would.
 
+pub mod collector_status;
 pub mod death_guard;
 pub mod exec;
 pub mod feed;

@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::events::{EventClient, Received};
 use support::fake_apiserver::{FakeApiServer, Fault, FaultKind, Verb};
-use support::file_gate::{Change, FileGate, Post, Reloads, Sampler, replace};
+use support::file_gate::{
+    Change, FileGate, Post, Reloads, Sampler, StatusMode, StatusStandIn, replace,
+};
 use support::kubelet::Kubelet;
 use support::sidecar::{Sidecar, Timing, test_dir};
 
@@ -832,6 +834,17 @@ struct Release {
     gate_log: String,
 }
 
+/// Pod `a` alone and leading: a sidecar with a gate lag of [`GATE_LAG`].
+async fn lone_leader(test: &str) -> (FakeApiServer, PathBuf, Sidecar) {
+    let api = FakeApiServer::start("collectors", LEASE).await;
+    let dir = test_dir(test);
+    let lag = format!("{}ms", GATE_LAG.as_millis());
+    let a = Sidecar::spawn_with(&api, &dir, "a", SLOW, &["--gate-lag", &lag]);
+    a.wait_serving().await;
+    a.wait_leading(SLOW.lease * 3).await;
+    (api, dir, a)
+}
+
 /// Pod `a` alone, leading: a sidecar with a gate lag of [`GATE_LAG`], and a
 /// file gate (with `env`) whose copy the collector loaded. `answer` then
 /// sets how the reload endpoint answers from now on, and the sidecar is
@@ -842,12 +855,7 @@ async fn release_with(
     env: &[(&str, &std::path::Path)],
     answer: impl FnOnce(&Reloads),
 ) -> Release {
-    let api = FakeApiServer::start("collectors", LEASE).await;
-    let dir = test_dir(test);
-    let lag = format!("{}ms", GATE_LAG.as_millis());
-    let a = Sidecar::spawn_with(&api, &dir, "a", SLOW, &["--gate-lag", &lag]);
-    a.wait_serving().await;
-    a.wait_leading(SLOW.lease * 3).await;
+    let (api, dir, a) = lone_leader(test).await;
     let out = dir.join("conf.d");
     std::fs::create_dir_all(&out).unwrap();
     let (src, dst) = (dir.join("targets.yml"), out.join("targets.yml"));
@@ -867,6 +875,29 @@ async fn release_with(
     assert_eq!(posts[1].existed, [true], "{posts:#?}\n{}", gate.log());
     answer(&reloads);
 
+    let (after, at) = sigterm_until_released(&api, &a).await;
+    // Retries that come after the release count too.
+    tokio::time::sleep(SECOND).await;
+    let gate_log = gate.log();
+    println!(
+        "MEASURE file-gate {test}: released {:.1} ms after SIGTERM (gate lag {GATE_LAG:?})",
+        after.as_secs_f64() * 1e3
+    );
+    println!("file gate log:\n{gate_log}\nsidecar log:\n{}", a.log());
+    Release {
+        after,
+        at,
+        posts: reloads.posts().split_off(2),
+        gate_log,
+    }
+}
+
+/// Metricbeat's count of reloaded modules, back to what it was.
+const BEFORE: &str = "libbeat.config.module.running <= before";
+
+/// SIGTERMs `a`'s sidecar; how long after it, and when, its graceful
+/// release cleared the holder.
+async fn sigterm_until_released(api: &FakeApiServer, a: &Sidecar) -> (Duration, Instant) {
     let signalled = Instant::now();
     a.signal(libc::SIGTERM);
     let at = loop {
@@ -884,21 +915,170 @@ async fn release_with(
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    // Retries that come after the release count too.
-    tokio::time::sleep(SECOND).await;
-    let after = at.saturating_duration_since(signalled);
+    (at.saturating_duration_since(signalled), at)
+}
+
+/// Pod `a` alone, leading, with a file gate proven by a stand-in of
+/// Metricbeat's `/stats` (3 modules that are not gated, one more while the
+/// copy is loaded), which stops the copy `stop_after` it went, judged by
+/// `condition`. With `restarted`, an earlier file gate of this pod left its
+/// marker. The sidecar is SIGTERMed once the copy is loaded.
+async fn release_proven_by_status(
+    test: &str,
+    stop_after: Option<Duration>,
+    mode: StatusMode,
+    condition: &str,
+    restarted: bool,
+) -> (Release, StatusStandIn) {
+    let (api, dir, a) = lone_leader(test).await;
+    let out = dir.join("modules.d");
+    std::fs::create_dir_all(&out).unwrap();
+    let (src, dst) = (dir.join("cluster.yml"), out.join("cluster.yml"));
+    std::fs::write(&src, "- module: kubernetes\n").unwrap();
+    if restarted {
+        std::fs::write(leader_gate::client::file_gate::marker_path(&dst), "").unwrap();
+    }
+    let status = StatusStandIn::start(&dst, 3, stop_after, mode).await;
+    let gate = FileGate::spawn(
+        &dir,
+        "file-gate",
+        a.gate,
+        &["--status-url", &status.url(), "--stopped-when", condition],
+        &[(&src, &dst)],
+    );
+    let deadline = Instant::now() + SECOND * 10;
+    while !status.loaded() {
+        assert!(Instant::now() < deadline, "never loaded\n{}", gate.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (after, at) = sigterm_until_released(&api, &a).await;
     let gate_log = gate.log();
     println!(
-        "MEASURE file-gate {test}: released {:.1} ms after SIGTERM (gate lag {GATE_LAG:?})",
-        after.as_secs_f64() * 1e3
+        "MEASURE file-gate {test}: released {:.1} ms after SIGTERM (gate lag {GATE_LAG:?}, status reads {})",
+        after.as_secs_f64() * 1e3,
+        status.reads()
     );
     println!("file gate log:\n{gate_log}\nsidecar log:\n{}", a.log());
-    Release {
+    let release = Release {
         after,
         at,
-        posts: reloads.posts().split_off(2),
+        posts: Vec::new(),
         gate_log,
+    };
+    (release, status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_that_says_stopped_late_delays_the_acknowledgement_exactly_that_long() {
+    let late = Duration::from_millis(1200);
+    let (release, status) = release_proven_by_status(
+        "fg-status-late",
+        Some(late),
+        StatusMode::Counts,
+        BEFORE,
+        false,
+    )
+    .await;
+    let stopped = status
+        .served_stopped()
+        .expect("the status said stopped at some point");
+    // Causality: not before the status said stopped; and that, not the gate
+    // lag, ended the wait.
+    assert!(
+        release.at > stopped,
+        "released {:?} before the status said stopped\n{}",
+        stopped - release.at,
+        release.gate_log
+    );
+    assert!(
+        release.after >= late,
+        "released {:?} after SIGTERM, before the collector stopped ({late:?})",
+        release.after
+    );
+    assert!(
+        release.after < GATE_LAG,
+        "released {:?} after SIGTERM: the status's word did not end the gate lag\n{}",
+        release.after,
+        release.gate_log
+    );
+    // Read every 250 ms: the acknowledgement follows the first answer
+    // that says stopped, not a later one.
+    let lag = release.at - stopped;
+    assert!(
+        lag < Duration::from_millis(600),
+        "released {lag:?} after the status said stopped"
+    );
+    assert!(
+        release
+            .gate_log
+            .contains("the status said `libbeat.config.module.running <= before` after it"),
+        "{}",
+        release.gate_log
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_that_never_says_stopped_or_answers_garbage_costs_the_gate_lag() {
+    for (test, stop_after, mode, condition, said) in [
+        ("fg-status-never", None, StatusMode::Counts, BEFORE, None),
+        (
+            "fg-status-garbage",
+            Some(Duration::ZERO),
+            StatusMode::Garbage,
+            "libbeat.config.module.running <= 3",
+            Some("the status says nothing"),
+        ),
+    ] {
+        let (release, status) =
+            release_proven_by_status(test, stop_after, mode, condition, false).await;
+        assert!(
+            release.after >= GATE_LAG,
+            "{test}: released {:?} after SIGTERM, before the gate lag, unproven",
+            release.after
+        );
+        assert!(
+            status.reads() >= 3,
+            "{test}: the status was read again and again"
+        );
+        assert!(
+            !release.gate_log.contains("told the sidecar that no copy"),
+            "{test}: {}",
+            release.gate_log
+        );
+        if let Some(said) = said {
+            assert_eq!(
+                release.gate_log.matches(said).count(),
+                1,
+                "{test}: said once per episode\n{}",
+                release.gate_log
+            );
+        }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn before_is_not_read_for_a_term_that_began_before_a_restarted_file_gate() {
+    // The same pod's earlier file gate left its marker, and the term began
+    // before this one subscribed: the collector may still run the earlier
+    // gate's copy, so a count read now proves nothing.
+    let (release, _status) = release_proven_by_status(
+        "fg-status-restarted",
+        Some(Duration::ZERO),
+        StatusMode::Counts,
+        BEFORE,
+        true,
+    )
+    .await;
+    assert!(
+        release.after >= GATE_LAG,
+        "released {:?} after SIGTERM on a `before` read after the copy may have loaded",
+        release.after
+    );
+    assert!(
+        release.gate_log.contains("cannot be proven stopped"),
+        "{}",
+        release.gate_log
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -77,6 +77,9 @@ enum Gate {
     /// `leader-gate file-gate SRC:DST` into the `file_sd` directory of an
     /// always-running Prometheus.
     FileSd,
+    /// The same, acknowledged once that Prometheus' own `/metrics` shows
+    /// the job without targets (`--status-url`, `--stopped-when`).
+    FileSdProven,
     /// `leader-gate exec --grace 3s -- prometheus …` with a static config.
     Exec,
 }
@@ -84,7 +87,7 @@ enum Gate {
 impl Gate {
     fn timing(self) -> Timing {
         match self {
-            Gate::FileSd => Timing {
+            Gate::FileSd | Gate::FileSdProven => Timing {
                 lease: Duration::from_secs(15),
                 renew_deadline: Duration::from_secs(3),
                 retry: SECOND,
@@ -101,7 +104,7 @@ impl Gate {
     /// still scrape (≥ the gate delay, < the margin).
     fn lag(self) -> Duration {
         match self {
-            Gate::FileSd => Duration::from_secs(11),
+            Gate::FileSd | Gate::FileSdProven => Duration::from_secs(11),
             Gate::Exec => Duration::from_secs(4),
         }
     }
@@ -119,10 +122,14 @@ impl Gate {
     fn label(self) -> &'static str {
         match self {
             Gate::FileSd => "file-gate + file_sd",
+            Gate::FileSdProven => "file-gate + file_sd, proven by /metrics",
             Gate::Exec => "exec -- prometheus",
         }
     }
 }
+
+/// Prometheus' own word that the gated job scrapes nothing.
+const PROVEN_STOPPED: &str = r#"prometheus_target_scrape_pool_targets{scrape_job="cluster"} == 0"#;
 
 /// `exec`'s time between SIGTERM and SIGKILL.
 const EXEC_GRACE: &str = "3s";
@@ -342,7 +349,7 @@ impl Pod {
         let termlog = dir.join("termlog");
         let prometheus_config = dir.join("prometheus.yml");
         let (client, prometheus) = match gate {
-            Gate::FileSd => {
+            Gate::FileSd | Gate::FileSdProven => {
                 let (src, targets) = (dir.join("src"), dir.join("targets"));
                 std::fs::create_dir_all(&src).unwrap();
                 std::fs::create_dir_all(&targets).unwrap();
@@ -369,11 +376,15 @@ impl Pod {
                     src.display(),
                     targets.join("cluster.json").display()
                 );
-                let client = Process::spawn(
-                    leader_gate,
-                    &["file-gate".into(), "--url".into(), url, mapping],
-                    &dir.join("file-gate.log"),
-                );
+                let mut args = vec!["file-gate".into(), "--url".into(), url];
+                if let Gate::FileSdProven = gate {
+                    args.extend([
+                        format!("--status-url=http://{}/metrics", prometheus.addr),
+                        format!("--stopped-when={PROVEN_STOPPED}"),
+                    ]);
+                }
+                args.push(mapping);
+                let client = Process::spawn(leader_gate, &args, &dir.join("file-gate.log"));
                 (client, Some(prometheus))
             }
             Gate::Exec => {
@@ -841,6 +852,54 @@ async fn a_file_gated_prometheus_scrapes_only_while_its_pod_leads_across_sigterm
     for pod in &pods.pods {
         let dst = pod.dir.join("targets").join("cluster.json");
         assert_eq!(dst.exists(), pod.name == leader, "{}", dst.display());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_gated_prometheus_proven_by_its_own_metrics_hands_over_before_the_gate_lag_and_never_overlaps()
+ {
+    if !require_prometheus() {
+        return;
+    }
+    let mut pods = Pods::start("prom-gates-file-sd-proven", Gate::FileSdProven).await;
+    let mut failovers = Vec::new();
+    for trigger in [Trigger::Sigterm, Trigger::Sigterm, Trigger::Sigkill] {
+        failovers.push(pods.failover(trigger).await);
+    }
+    tokio::time::sleep(INTERVAL * 3).await;
+    // Every scrape in its pod's period (plus the gate lag), no two pods'
+    // scrapes overlapping: the proof never came before the last scrape.
+    pods.judge(&failovers);
+    // A graceful hand-over waited for Prometheus' word, not the gate lag:
+    // the new term began sooner after the SIGTERM than the lag (and, as
+    // judged above, after the old pod's last scrape).
+    let periods: Vec<Period> = pods.pods.iter().flat_map(Pod::periods).collect();
+    for failover in failovers.iter().filter(|f| f.trigger == Trigger::Sigterm) {
+        let new = periods
+            .iter()
+            .find(|p| p.term == failover.new_term)
+            .expect("the new term's period");
+        let after = Duration::from_micros((new.start_us - failover.at_us).max(0) as u64);
+        assert!(
+            after < Gate::FileSdProven.lag(),
+            "the new term began {after:?} after the SIGTERM: the release waited the gate lag \
+             ({:?}), Prometheus' word did not end it\n{}",
+            Gate::FileSdProven.lag(),
+            pods.logs()
+        );
+        println!(
+            "MEASURE {} / sigterm: new term {} ms after the SIGTERM",
+            Gate::FileSdProven.label(),
+            ms(new.start_us - failover.at_us)
+        );
+    }
+    for pod in &pods.pods {
+        let log = std::fs::read_to_string(pod.dir.join("file-gate.log")).unwrap_or_default();
+        assert!(
+            !log.contains("cannot be proven") && !log.contains("says nothing"),
+            "{}: {log}",
+            pod.name
+        );
     }
 }
 

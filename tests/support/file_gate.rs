@@ -530,3 +530,120 @@ impl Reloads {
         .await
     }
 }
+
+/// How a [`StatusStandIn`] answers `GET /stats`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusMode {
+    /// Metricbeat's shape: `libbeat.config.module.running` counts `base`
+    /// modules, plus one while the copy is loaded.
+    Counts,
+    /// An answer that is not the status (a proxy's error page).
+    Garbage,
+}
+
+/// A collector's status, in place of Metricbeat's `/stats`: it "loads" the
+/// watched copy as soon as it appears, and "stops" it `stop_after` it
+/// disappeared (`None`: never), whether or not anyone reads it. It records
+/// when it first served an answer with the copy, and one without it after.
+pub struct StatusStandIn {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<StandInState>>,
+}
+
+#[derive(Debug, Default)]
+struct StandInState {
+    loaded: bool,
+    /// When the copy was seen gone while loaded.
+    gone_since: Option<Instant>,
+    /// When an answer that counted the copy was first served.
+    served_loaded: Option<Instant>,
+    /// When an answer without the copy was first served after one with it.
+    served_stopped: Option<Instant>,
+    reads: usize,
+}
+
+impl StatusStandIn {
+    /// `base`: the running modules that are not gated (what `before` reads).
+    pub async fn start(
+        dst: &Path,
+        base: u64,
+        stop_after: Option<Duration>,
+        mode: StatusMode,
+    ) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state: Arc<Mutex<StandInState>> = Arc::default();
+        // The collector's reload loop: it watches the copy every 5 ms.
+        let (watcher, watched) = (state.clone(), dst.to_path_buf());
+        tokio::spawn(async move {
+            loop {
+                {
+                    let mut s = watcher.lock().unwrap();
+                    let now = Instant::now();
+                    if watched.exists() {
+                        s.loaded = true;
+                        s.gone_since = None;
+                    } else if s.loaded {
+                        let since = *s.gone_since.get_or_insert(now);
+                        if stop_after.is_some_and(|after| now >= since + after) {
+                            s.loaded = false;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let served = state.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let state = served.clone();
+                tokio::spawn(async move {
+                    if super::read_head(&mut stream).await.is_none() {
+                        return;
+                    }
+                    let body = {
+                        let mut s = state.lock().unwrap();
+                        let now = Instant::now();
+                        s.reads += 1;
+                        if s.loaded {
+                            s.served_loaded.get_or_insert(now);
+                        } else if s.served_loaded.is_some() {
+                            s.served_stopped.get_or_insert(now);
+                        }
+                        match mode {
+                            StatusMode::Counts => format!(
+                                r#"{{"beat":{{"info":{{"name":"stand-in"}}}},"libbeat":{{"config":{{"module":{{"running":{},"starts":1,"stops":0}}}}}}}}"#,
+                                base + u64::from(s.loaded)
+                            ),
+                            StatusMode::Garbage => "<html>502 Bad Gateway</html>".to_owned(),
+                        }
+                    };
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        Self { addr, state }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/stats", self.addr)
+    }
+
+    /// When an answer that says the copy stopped was first served.
+    pub fn served_stopped(&self) -> Option<Instant> {
+        self.state.lock().unwrap().served_stopped
+    }
+
+    /// Whether the stand-in runs the copy now.
+    pub fn loaded(&self) -> bool {
+        self.state.lock().unwrap().loaded
+    }
+
+    pub fn reads(&self) -> usize {
+        self.state.lock().unwrap().reads
+    }
+}

@@ -78,6 +78,11 @@ impl Closing {
         *self = Self::default();
     }
 
+    /// The change number as of which every copy of the open term is gone.
+    pub(super) fn removed_at(&self) -> Option<u64> {
+        self.open.as_ref().and(self.removed_at)
+    }
+
     /// The term still owed an acknowledgement, if any.
     pub(super) fn open(&self) -> Option<&str> {
         self.open.as_deref()

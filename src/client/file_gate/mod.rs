@@ -66,6 +66,7 @@
 //! [`feed`]: crate::client::feed
 
 mod closing;
+mod prover;
 mod writer;
 
 use std::fs::File;
@@ -80,12 +81,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::backoff::Backoff;
+use crate::client::collector_status::StoppedWhen;
 use crate::client::death_guard::{Guard, OnDeath, Post};
 use crate::client::feed::Feed;
 use crate::client::place::Place;
 use crate::client::url::{ClientArgs, GateUrl};
 use crate::exit;
 use closing::Closing;
+use prover::{Marker, Prover};
 use writer::{Changed, Disk, RealDisk, Removal, Writer};
 
 #[derive(Debug, Args)]
@@ -96,6 +99,18 @@ pub struct FileGateArgs {
     /// POST here after every change (e.g. http://127.0.0.1:9090/-/reload).
     #[arg(long, env = "LEADER_GATE_RELOAD_URL", value_parser = GateUrl::parse_exact)]
     pub reload_url: Option<GateUrl>,
+
+    /// The collector's own status, read with GET after a removal until it
+    /// says the gated work stopped (--stopped-when): the proof that
+    /// acknowledges a term (e.g. http://127.0.0.1:5066/stats).
+    #[arg(long, env = "LEADER_GATE_STATUS_URL", value_parser = GateUrl::parse_exact, requires = "stopped_when")]
+    pub status_url: Option<GateUrl>,
+
+    /// When --status-url says the work stopped: SELECTOR OP VALUE, e.g.
+    /// 'libbeat.config.module.running <= before' or
+    /// 'prometheus_target_scrape_pool_targets{scrape_job="cluster"} == 0'.
+    #[arg(long, env = "LEADER_GATE_STOPPED_WHEN", value_parser = StoppedWhen::parse, requires = "status_url")]
+    pub stopped_when: Option<StoppedWhen>,
 
     /// File mode of the copies, in octal.
     #[arg(long, default_value = "0644", value_parser = parse_mode)]
@@ -201,11 +216,21 @@ pub fn temporary_path(dst: &Path) -> PathBuf {
     parent(dst).join(format!(".{name}.leader-gate.tmp"))
 }
 
+/// The file beside `dst` that says a `file-gate` ran in this pod before
+/// (see `prover`): `.NAME.leader-gate.started`, which a collector loading
+/// `*.yml` or `*.json` never reads; `inject --check` holds globs to it.
+pub fn marker_path(dst: &Path) -> PathBuf {
+    let name = dst.file_name().unwrap_or_default().to_string_lossy();
+    parent(dst).join(format!(".{name}.leader-gate.started"))
+}
+
 /// What `file-gate` was asked to do.
 #[derive(Clone, Debug)]
 pub struct FileGateOptions {
     pub url: GateUrl,
     pub reload: Option<GateUrl>,
+    /// `--status-url` and `--stopped-when`.
+    pub status: Option<(GateUrl, StoppedWhen)>,
     pub mode: u32,
     pub mappings: Vec<Mapping>,
 }
@@ -217,8 +242,23 @@ pub async fn run(options: FileGateOptions) -> u8 {
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     let reloader = Reloader::start(options.reload.clone());
+    let prover = options
+        .status
+        .clone()
+        .map(|(url, stopped_when)| Prover::start(url, stopped_when));
+    // Before the stale copies go: whether an earlier file-gate ran in this
+    // pod (only `before` needs it).
+    let first_in_pod = prover
+        .as_ref()
+        .is_some_and(|p| p.condition().needs_before())
+        && options
+            .mappings
+            .first()
+            .is_some_and(|m| Marker::first_in_pod(&m.dst));
     let gate = Gate::new(options, reloader.handle());
     let mut closing = Closing::default();
+    // The open term's `before` (see `prover`).
+    let mut before: Option<f64> = None;
     // Before anything else: a copy left by a run that was killed is stale
     // until proven otherwise. Whether or not one was still here (its death
     // guard may have removed it), the collector may hold what that run had
@@ -247,19 +287,34 @@ pub async fn run(options: FileGateOptions) -> u8 {
             _ = int.recv() => exiting = true,
         }
     }
-    // Only with --reload-url can it tell when the collector was told of a
-    // removal; without it the collector finds out at its own reload period,
+    // Only with --status-url (the collector says the work stopped) or
+    // --reload-url (it was told of the removal) can it acknowledge;
+    // without either the collector finds out at its own reload period,
     // which only the gate lag covers: it registers as a gate that never
     // acknowledges, so no other gate's word shortens that.
-    let acknowledges = gate.options.reload.is_some();
+    let acknowledges = gate.options.reload.is_some() || prover.is_some();
     let mut feed = Feed::registered(gate.options.url.clone(), "file-gate", acknowledges);
-    let mut confirmed = reloader.confirmations();
+    // The proof: the status where one is read, else the reload's 2xx.
+    let mut confirmed = prover
+        .as_ref()
+        .map_or_else(|| reloader.confirmations(), Prover::proofs);
     let mut code = 0;
     while !exiting {
         // Writes go to the writer threads; a removal happens here and now.
         let removal_failed = if let Some(leading) = feed.leading() {
             if closing.open() != Some(leading.term.as_str()) {
                 gate.new_term();
+                let term = leading.term.clone();
+                closing.leading(&term);
+                if let Some(prover) = &prover {
+                    // Read before the first copy is placed; leadership is
+                    // judged again after it.
+                    // Clean: the term began while this gate listened, or
+                    // no earlier gate ran in this pod.
+                    let clean = feed.heard_not_leading() || first_in_pod;
+                    before = prover.before(&term, clean).await;
+                    continue;
+                }
             }
             closing.leading(&leading.term);
             if acknowledges && gate.failed_writes() >= GIVE_UP_AFTER {
@@ -281,15 +336,16 @@ pub async fn run(options: FileGateOptions) -> u8 {
             false
         } else {
             let removal = gate.remove_all("leadership ended or cannot be confirmed");
-            let failed = closing.settle(removal, &reloader);
+            let failed = closing.settle(removal, &reloader, prover.as_ref(), before);
             if let Some(term) =
-                closing.acknowledgement(reloader.confirmed_now(), feed.stopped_term(), false)
+                closing.acknowledgement(*confirmed.borrow(), feed.stopped_term(), false)
             {
                 // In a task of its own: a sidecar slow to answer must not
                 // keep this loop from the next term.
                 let ack = feed.acknowledgement(term.to_owned());
                 closing.acknowledged();
-                tokio::spawn(async move { log_acknowledged(ack.await) });
+                let proof = proof_words(prover.as_ref());
+                tokio::spawn(async move { log_acknowledged(ack.await, &proof) });
             }
             failed
         };
@@ -299,7 +355,8 @@ pub async fn run(options: FileGateOptions) -> u8 {
                     log(&line);
                 }
             }
-            // A reload answered 2xx: perhaps the proof a term waited for.
+            // A reload answered 2xx, or the status said stopped: perhaps
+            // the proof a term waited for.
             _ = confirmed.changed() => {}
             () = tokio::time::sleep(REMOVAL_RETRY), if removal_failed => {}
             _ = term.recv() => exiting = true,
@@ -307,7 +364,7 @@ pub async fn run(options: FileGateOptions) -> u8 {
         }
     }
     let removal = gate.remove_all("shutting down");
-    let removal_failed = closing.settle(removal, &reloader);
+    let removal_failed = closing.settle(removal, &reloader, prover.as_ref(), before);
     // Removed here: the guard has nothing left to do — unless a removal
     // failed: then it tries once more when this process exits.
     if let Some(guard) = guard
@@ -330,25 +387,40 @@ pub async fn run(options: FileGateOptions) -> u8 {
             .await
             .is_ok_and(|proven| proven.is_ok())
         {
-            log_acknowledged(feed.acknowledgement(term).await);
+            log_acknowledged(
+                feed.acknowledgement(term).await,
+                &proof_words(prover.as_ref()),
+            );
         } else {
             log(&format!(
-                "exiting without acknowledging term {term}: no reload after the removal answered 2xx within {SHUTDOWN_RELOAD_WAIT:?} (the sidecar waits its gate lag)"
+                "exiting without acknowledging term {term}: not proven within {SHUTDOWN_RELOAD_WAIT:?} that {} (the sidecar waits its gate lag)",
+                proof_words(prover.as_ref())
             ));
         }
     }
     reloader.finish();
+    if let Some(prover) = prover {
+        prover.finish();
+    }
     code
 }
 
 /// What an acknowledgement of a term's end did (best-effort: without it the
 /// sidecar waits its gate lag).
-fn log_acknowledged(result: Result<String, String>) {
+fn log_acknowledged(result: Result<String, String>, proof: &str) {
     match result {
         Ok(term) => log(&format!(
-            "told the sidecar that no copy of term {term} is left (removed, and a reload after it answered 2xx)"
+            "told the sidecar that no copy of term {term} is left (removed, and {proof})"
         )),
         Err(why) => log(&why),
+    }
+}
+
+/// What proves a removal, in a log line's words.
+fn proof_words(prover: Option<&Prover>) -> String {
+    match prover {
+        Some(prover) => format!("the status said `{}` after it", prover.condition()),
+        None => "a reload after it answered 2xx".to_owned(),
     }
 }
 
@@ -356,8 +428,15 @@ fn log_acknowledged(result: Result<String, String>) {
 
 impl Closing {
     /// Records a removal of every DST: tells the collector (a change) if it
-    /// must hear of it; whether one failed.
-    fn settle(&mut self, removal: Removal, reloader: &Reloader) -> bool {
+    /// must hear of it, and asks the `prover` (if any) to prove it with the
+    /// term's `before`; whether one failed.
+    fn settle(
+        &mut self,
+        removal: Removal,
+        reloader: &Reloader,
+        prover: Option<&Prover>,
+        before: Option<f64>,
+    ) -> bool {
         if removal == Removal::Failed {
             self.removal_failed();
             return true;
@@ -366,6 +445,9 @@ impl Closing {
             reloader.changed();
         }
         self.removed(reloader.current());
+        if let (Some(prover), Some(change)) = (prover, self.removed_at()) {
+            prover.ask(change, before);
+        }
         false
     }
 }
@@ -417,11 +499,6 @@ impl Reloader {
     /// For the writer threads, which say when they changed something.
     fn handle(&self) -> Changed {
         Changed(Some(self.progress.changes.clone()))
-    }
-
-    /// The highest change number a 2xx reload covers (0 without a URL).
-    fn confirmed_now(&self) -> u64 {
-        *self.progress.confirmed.borrow()
     }
 
     /// Told of every new confirmation (never closed while `self` lives).
@@ -718,6 +795,7 @@ mod tests {
         let options = FileGateOptions {
             url: GateUrl::parse("http://127.0.0.1:9").unwrap(),
             reload: None,
+            status: None,
             mode: 0o640,
             mappings: vec![mapping.clone()],
         };

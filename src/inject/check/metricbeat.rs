@@ -121,11 +121,15 @@ pub fn check(
             "{at}: modules glob {pattern} ({cm}) does not match the file gate's DST {dst}: the leader's module would never load"
         ));
     }
-    let tmp = crate::client::file_gate::temporary_path(std::path::Path::new(dst));
+    // The gate's own files beside DST: its temporary copy and its marker.
+    let dst = std::path::Path::new(dst);
+    let tmp = crate::client::file_gate::temporary_path(dst);
     let tmp = tmp.to_string_lossy();
     if glob_match(pattern, &tmp) {
+        let marker = crate::client::file_gate::marker_path(dst);
         out.push(format!(
-            "{at}: modules glob {pattern} ({cm}) matches the file gate's temporary file {tmp}: a half-written copy could be loaded"
+            "{at}: modules glob {pattern} ({cm}) matches the file gate's temporary file {tmp}: a half-written copy could be loaded (and its marker {} read as modules)",
+            marker.display()
         ));
     }
 }
