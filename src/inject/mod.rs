@@ -434,6 +434,7 @@ fn gate_one(
                 .then(|| pod::exec_health_url(w.pod_spec(docs)?, &container))
                 .flatten()
         },
+        revision_label: w.revision_label(),
         file,
         operator_merged: w.operator_merges_containers(),
     };

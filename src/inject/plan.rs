@@ -121,6 +121,8 @@ pub struct Plan {
     /// `--listen` and `--admin-listen` ports under hostNetwork.
     pub ports: Option<(u16, u16)>,
     pub health_url: Option<String>,
+    /// The pod label `--revision` comes from.
+    pub revision_label: &'static str,
     pub file: Option<FilePlacement>,
     /// The collector container is merged by an operator into one it makes
     /// (prometheus-operator): its command, args and probes are not in the input.

@@ -145,6 +145,7 @@ env:
   - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
   - {{name: POD_NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
   - {{name: LEADER_GATE_NODE_NAME, valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}}}
+  - {{name: LEADER_GATE_REVISION, valueFrom: {{fieldRef: {{fieldPath: \"metadata.labels['{revision}']\"}}}}}}
 {pod_ip}ports: [{{name: lg-admin, containerPort: {admin}, protocol: TCP}}]
 startupProbe: {{httpGet: {{path: /healthz, port: lg-admin}}, periodSeconds: 1, failureThreshold: 30}}
 livenessProbe: {{httpGet: {{path: /healthz, port: lg-admin}}, periodSeconds: 10, timeoutSeconds: 2, failureThreshold: 3}}
@@ -158,6 +159,7 @@ securityContext: {sec}
         image = q(&plan.image),
         args = yaml_list(&serve_args(plan)),
         sec = security(65532),
+        revision = plan.revision_label,
         // `$(POD_IP)` in --collector-health-url: the kubelet expands it.
         pod_ip = if plan.health_url.as_deref().is_some_and(|u| u.contains("$(POD_IP)")) {
             "  - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}\n"

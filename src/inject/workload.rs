@@ -72,6 +72,23 @@ impl Workload {
         })
     }
 
+    /// The pod label that names its revision, for `--revision`: a
+    /// Deployment's ReplicaSets label their pods `pod-template-hash`;
+    /// DaemonSets and StatefulSets (also as operators make them)
+    /// `controller-revision-hash`. (An OpenTelemetry Operator collector in
+    /// `statefulset` mode gets the Deployment's label, which its pods lack:
+    /// no revision, the successor chosen as without one.)
+    pub fn revision_label(&self) -> &'static str {
+        let deployment = self.kind == "Deployment"
+            || self.pod_path.contains(&"deployment")
+            || (self.otel_operator() && !self.per_node());
+        if deployment {
+            "pod-template-hash"
+        } else {
+            "controller-revision-hash"
+        }
+    }
+
     /// DaemonSets run one pod per node: their collectors do node work too.
     pub fn per_node(&self) -> bool {
         self.kind == "DaemonSet" || self.pod_path.contains(&"daemonSet") || self.per_node_mode

@@ -188,6 +188,13 @@ pub struct ServeArgs {
     /// fewer colliding claims (about candidates x 10 ms / window).
     #[arg(long, env = "LEADER_GATE_SUCCESSOR_CLAIM_WINDOW", default_value = "60s", value_parser = parse_duration)]
     pub successor_claim_window: Duration,
+
+    /// This pod's revision (from the downward API: the label
+    /// controller-revision-hash of a DaemonSet's or StatefulSet's pods,
+    /// pod-template-hash of a Deployment's): during a rollout the successor
+    /// slot goes to a pod of the new revision, so the Lease moves once.
+    #[arg(long, env = "LEADER_GATE_REVISION")]
+    pub revision: Option<String>,
 }
 
 /// The longest `--lease-duration`: far below the int32 of the API, and a
@@ -233,6 +240,8 @@ pub struct ServeConfig {
     pub state_dir: Option<std::path::PathBuf>,
     /// `--successor-claim-window`.
     pub successor_claim_window: Duration,
+    /// `--revision`, when given.
+    pub revision: Option<String>,
     /// Leader routing through an EndpointSlice (`--route-service`).
     pub route: Option<routing::Options>,
     /// Where gates register and acknowledge (`--gate-socket`, and whether
@@ -283,6 +292,7 @@ impl ServeArgs {
             gate_socket,
             pod_name,
             node_name,
+            revision,
         } = self;
 
         let leases = lease_names(lease_name, shards)?;
@@ -422,6 +432,16 @@ impl ServeArgs {
                 ),
             ));
         }
+        // An empty value is a label the pod lacks: no revision.
+        let revision = revision.filter(|r| !r.is_empty());
+        if let Some(revision) = &revision
+            && !is_label_value(revision)
+        {
+            return Err(invalid(
+                "--revision",
+                format!("must be a label value, as the pod's revision label is (got {revision:?})"),
+            ));
+        }
         if collector_health_failures == 0 {
             return Err(invalid("--collector-health-failures", "must be at least 1"));
         }
@@ -510,6 +530,7 @@ impl ServeArgs {
             record_events,
             state_dir,
             successor_claim_window,
+            revision,
             route,
             gate_channel,
             holder_labels,

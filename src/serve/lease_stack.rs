@@ -171,6 +171,7 @@ impl LeaseStack {
         };
         let mut election = Election::new(settings, fastrand::u64(..));
         election.set_successor_claim_window(config.successor_claim_window);
+        election.set_revision(config.revision.clone());
         if let Some(previous) = &previous {
             // Named as the term it starts is ([`TermId`]).
             let term = TermId::new(Some(&previous.uid), previous.transitions).to_string();

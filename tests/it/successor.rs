@@ -611,3 +611,108 @@ async fn a_lease_missing_in_the_contexts_namespace_suggests_the_namespace_flag()
         )
     );
 }
+
+/// `leader-gate.dev/successor-revision`, as the Lease has it now.
+fn successor_revision(api: &FakeApiServer) -> Option<String> {
+    api.lease(LEASE)?
+        .pointer("/metadata/annotations/leader-gate.dev~1successor-revision")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_hands_over_once_to_a_pod_of_the_new_revision_with_a_few_writes() {
+    // Four pods of revision `rev-a`, replaced one at a time by pods of
+    // `rev-b` (a DaemonSet's rolling update, `--revision` from the pod's
+    // controller-revision-hash): two followers first, then the leader,
+    // then the last follower.
+    const OLD: &str = "rev-a";
+    const NEW: &str = "rev-b";
+    let test = "successor-rollout";
+    let api = FakeApiServer::start(NAMESPACE, LEASE).await;
+    let dir = test_dir(test);
+    let spawn = |name: &str, revision: &str| {
+        let mut args = extra().to_vec();
+        args.extend(["--revision", revision]);
+        Sidecar::spawn_with(&api, &dir, name, TIMING, &args)
+    };
+    let mut sidecars: Vec<Sidecar> = (0..4).map(|n| spawn(&format!("old-{n}"), OLD)).collect();
+    for sidecar in &sidecars {
+        sidecar.wait_serving().await;
+    }
+    let monitor = Monitor::start(&sidecars.iter().collect::<Vec<_>>());
+    let (leader, _) = settled(&api, &sidecars).await;
+    let revisions = |api: &FakeApiServer| {
+        api.lease(LEASE)
+            .and_then(|l| {
+                l.pointer("/metadata/annotations/leader-gate.dev~1revisions")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        revisions(&api),
+        OLD,
+        "the leader's acquisition listed its revision"
+    );
+    let followers: Vec<String> = sidecars
+        .iter()
+        .map(|s| s.name.clone())
+        .filter(|n| *n != leader)
+        .collect();
+    let order = [&followers[0], &followers[1], &leader, &followers[2]];
+    api.clear_requests();
+    let mut holders = vec![leader.clone()];
+    for (n, victim) in order.into_iter().enumerate() {
+        let index = sidecars.iter().position(|s| &s.name == victim).unwrap();
+        sidecars[index].signal(libc::SIGTERM);
+        sidecars[index]
+            .wait_exit(Duration::from_secs(10))
+            .await
+            .expect("exits on SIGTERM");
+        if *victim == leader {
+            let (new, _) = wait_leader(&sidecars, victim, TIMING.lease * 2).await;
+            holders.push(new);
+        }
+        let fresh = spawn(&format!("new-{n}"), NEW);
+        fresh.wait_serving().await;
+        monitor.watch(&fresh);
+        sidecars[index] = fresh;
+        // The next pod is replaced once this one is up and a new-revision
+        // successor is named, as a DaemonSet waits for the new pod to be
+        // available.
+        wait_until("a successor of the new revision", TIMING.lease * 3, || {
+            successor_revision(&api).filter(|r| r == NEW)
+        })
+        .await;
+        let named = successor(&api).unwrap_or_default();
+        assert!(named.starts_with("new-"), "{named} is named with {NEW}");
+    }
+    tokio::time::sleep(TIMING.retry * 2).await;
+    let (now, _) = wait_leader(&sidecars, "", TIMING.lease).await;
+    assert_eq!(
+        holders,
+        [leader.clone(), now.clone()],
+        "the Lease moved once, to a pod of the new revision"
+    );
+    assert!(now.starts_with("new-"), "{now}");
+    assert_eq!(revisions(&api), format!("{OLD} {NEW}"));
+    // The cost: the claims of the slot (old pods' and new pods') and the
+    // one hand-over, beside the renews and each stopping pod's release of
+    // its name.
+    let requests = api.requests();
+    let (writes, conflicts) = cost(&requests);
+    let claims: Vec<_> = writes
+        .iter()
+        .filter(|r| r.client.starts_with("new-") && r.client != now)
+        .map(|r| format!("{} {:?}", r.client, r.verb))
+        .collect();
+    eprintln!("claims by new followers: {claims:?}; conflicts {conflicts}");
+    assert!(
+        claims.len() <= 4,
+        "a few claims per rollout, not one per new pod: {claims:?}"
+    );
+    assert!(conflicts <= 4, "{conflicts} conflicts");
+    monitor.assert_no_overlap();
+}

@@ -65,6 +65,7 @@ use crate::elector::lease::{Lease, TermId, WriterMark};
 
 mod requests;
 mod resume;
+mod revision;
 mod spread;
 mod successor;
 mod view;

@@ -208,6 +208,7 @@ impl Election {
                     self.settings.lease_duration,
                 );
                 super::successor::on_acquired(&mut object);
+                super::revision::on_acquired(&mut object, self.successor.revision.as_deref());
                 lease::label_holder(&mut object, &self.settings.holder_labels);
                 (object, lease.next_transitions())
             }
@@ -241,6 +242,7 @@ impl Election {
             s.lease_duration,
         );
         lease::label_holder(&mut object, &s.holder_labels);
+        super::revision::on_acquired(&mut object, self.successor.revision.as_deref());
         lease::mark_writer(&mut object, &self.writer);
         // A new Lease starts at term 0.
         self.sent(Purpose::Acquire, micros, 0, now, None);

@@ -38,6 +38,7 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::revision;
 use super::view::View;
 use super::{Action, Election, Now, Purpose, Settings, StopReason, Write, WriteOp};
 use crate::elector::lease::{Lease, MAX_IDENTITY_LEN, bounded};
@@ -128,6 +129,8 @@ pub(super) struct Slot {
     /// Only a change of it asks for a hand-over, so a preferred holder that
     /// never takes over cannot make every new holder step down at once.
     preferred_at_start: Option<Option<String>>,
+    /// This pod's revision (`--revision`; see `revision`).
+    pub(super) revision: Option<String>,
 }
 
 impl Slot {
@@ -139,6 +142,7 @@ impl Slot {
             resigned: false,
             rebalance_to: None,
             preferred_at_start: None,
+            revision: None,
         }
     }
 }
@@ -260,6 +264,12 @@ impl Election {
         self.successor.window = window;
     }
 
+    /// Sets this pod's revision (`--revision`): followers of the newest
+    /// revision take the successor slot from older ones (see `revision`).
+    pub fn set_revision(&mut self, revision: Option<String>) {
+        self.successor.revision = revision;
+    }
+
     /// The identity a hand-over is asked for in `lease`, other than us.
     fn handover_target(&self, lease: &Lease) -> Option<String> {
         let me = self.settings.identity.as_str();
@@ -353,7 +363,13 @@ impl Election {
             .as_ref()
             .and_then(|view| view.live_holder(now.instant));
         let empty = named.is_none() || named == lease.record().holder;
-        let may_claim = !standing_back && empty && holder.as_deref().is_some_and(|h| h != me);
+        // A pod of a newer revision than the named successor's takes the
+        // slot from it, sooner (see `revision`).
+        let outranks = !empty
+            && revision::rank(&lease, self.successor.revision.as_deref())
+                > revision::successor_rank(&lease);
+        let may_claim =
+            !standing_back && (empty || outranks) && holder.as_deref().is_some_and(|h| h != me);
         if !may_claim {
             self.successor.claim_at = None;
             return;
@@ -361,12 +377,13 @@ impl Election {
         let at = match self.successor.claim_at {
             Some(at) => at,
             None => {
-                let at = now.instant
-                    + claim_delay(
-                        self.settings.retry_period,
-                        self.successor.window,
-                        &mut self.rng,
-                    );
+                let retry = self.settings.retry_period;
+                let window = if outranks {
+                    revision::displacement_window(retry, self.successor.window)
+                } else {
+                    self.successor.window
+                };
+                let at = now.instant + claim_delay(retry, window, &mut self.rng);
                 self.successor.claim_at = Some(at);
                 at
             }
@@ -377,10 +394,15 @@ impl Election {
         }
     }
 
-    /// A CAS PUT of `lease` with only the successor slot changed.
+    /// A CAS PUT of `lease` with only the successor slot changed (the name,
+    /// and our revision with it).
     fn successor_write(&mut self, lease: &Lease, successor: Option<String>, now: Now) -> Action {
         let mut object = lease.object().clone();
-        set_annotation(&mut object, SUCCESSOR_ANNOTATION, successor.as_deref());
+        revision::on_claim(
+            &mut object,
+            successor.as_deref(),
+            self.successor.revision.as_deref(),
+        );
         let base_rv = lease.resource_version().map(str::to_owned);
         self.write_in_flight(Purpose::Successor, now, base_rv);
         Action::Write(Write {
@@ -396,6 +418,7 @@ impl Election {
     pub(super) fn release_names_successor(&self, lease: &Lease, object: &mut DynamicObject) {
         if let Some(target) = self.handover_target(lease) {
             set_annotation(object, SUCCESSOR_ANNOTATION, Some(&target));
+            revision::on_named(object);
         }
         set_annotation(object, HANDOVER_ANNOTATION, None);
     }

@@ -276,6 +276,7 @@ pub fn gate(
         image: args.image.clone(),
         ports,
         health_url: None,
+        revision_label: w.revision_label(),
         file: None,
         operator_merged: false,
     };
