@@ -19,6 +19,10 @@
 //! minutes a round; 1 round with `--quick`). `LEADER_GATE_BIN=/path` runs another build
 //! of the binary (e.g. the previous commit's) under the same bench.
 //!
+//! `wrk` also runs the same wrk on Go's net/http answering the same body
+//! (`benches/failover/go-leader`, built with the `go` on PATH; skipped with
+//! a note without one): the baseline `/leader` is judged by.
+//!
 //! The peer: `acquire`, `graceful`, `crash`, `startup`, `load10`, `load100`,
 //! `load1000` and `wrk` also run for a published elector (kube-lease-manager behind
 //! leader-gate's flags and `/leader`, `bench-peer/`, built by
@@ -73,7 +77,7 @@ use latency::*;
 use load::load;
 use program::Program;
 use table::Table;
-use wrk::wrk_leader;
+use wrk::{wrk_go, wrk_leader};
 
 // ---------------------------------------------------------------- options
 
@@ -398,11 +402,13 @@ fn main() {
         } else {
             None
         };
-        let wrk = if opts.wants("wrk") {
+        let (wrk, go) = if opts.wants("wrk") {
             note("wrk");
-            wrk_leader(&Program::LeaderGate, if opts.quick { 3 } else { 10 }).await
+            let seconds = if opts.quick { 3 } else { 10 };
+            let wrk = wrk_leader(&Program::LeaderGate, seconds).await;
+            (wrk, Some(wrk_go(seconds).await))
         } else {
-            None
+            (None, None)
         };
         let peer_side = match &peer_bin {
             Ok(path) => {
@@ -503,6 +509,20 @@ fn main() {
                 w.requests_per_s,
                 verdict(w.requests_per_s >= 100_000.0)
             );
+            match &go {
+                Some(Ok(g)) => {
+                    println!(
+                        "| the same on Go net/http answering the same body: requests/s; p50 / p99 | {:.0}; {:.2} / {:.2} ms | leader-gate ≥ 1.3x, p99 below | {:.2}x, {} |",
+                        g.requests_per_s,
+                        g.p50_ms,
+                        g.p99_ms,
+                        w.requests_per_s / g.requests_per_s,
+                        verdict(w.requests_per_s >= 1.3 * g.requests_per_s && w.p99_ms < g.p99_ms)
+                    );
+                }
+                Some(Err(why)) => println!("| Go net/http baseline | skipped: {why} | | |"),
+                None => {}
+            }
             println!(
                 "| wrk latency p50 / p99 | {:.2} / {:.2} ms | p99 ≤ 2 ms | {} |",
                 w.p50_ms,

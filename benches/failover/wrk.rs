@@ -32,22 +32,14 @@ pub async fn wrk_leader(program: &Program, seconds: u64) -> Option<WrkRun> {
     group.api.clear_requests();
     let url = format!("http://{}/leader", group.sidecars[leader].gate);
     let from = Instant::now();
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("wrk")
-            .args(["-t2", "-c64", &format!("-d{seconds}s"), "--latency", &url])
-            .output()
-    })
-    .await
-    .unwrap();
-    let output = match output {
-        Ok(o) if o.status.success() => o,
-        other => {
-            eprintln!("wrk did not run ({other:?}); apt-get install -y wrk");
+    let text = match run_wrk(url, seconds).await {
+        Ok(text) => text,
+        Err(why) => {
+            eprintln!("{why}");
             return None;
         }
     };
     let until = Instant::now();
-    let text = String::from_utf8_lossy(&output.stdout).to_string();
     let rss_after = group.sidecars[leader].rss_kib();
     let still_leading = group.sidecars[leader]
         .leader()
@@ -86,6 +78,23 @@ pub async fn wrk_leader(program: &Program, seconds: u64) -> Option<WrkRun> {
     })
 }
 
+/// `wrk -t2 -c64 --latency` on `url` for `seconds`: its report.
+async fn run_wrk(url: String, seconds: u64) -> Result<String, String> {
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("wrk")
+            .args(["-t2", "-c64", &format!("-d{seconds}s"), "--latency", &url])
+            .output()
+    })
+    .await
+    .unwrap();
+    match output {
+        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
+        other => Err(format!(
+            "wrk did not run ({other:?}); apt-get install -y wrk"
+        )),
+    }
+}
+
 pub fn wrk_field(text: &str, key: &str) -> f64 {
     text.lines()
         .find_map(|l| l.trim().strip_prefix(key))
@@ -114,4 +123,54 @@ pub fn wrk_latency(text: &str, key: &str) -> f64 {
         "m" => n * 60_000.0,
         _ => f64::NAN,
     }
+}
+
+/// The same wrk run against Go's net/http answering the same body
+/// (`benches/failover/go-leader`, built here with the `go` on PATH, the
+/// standard library only): the baseline the `/leader` figure is judged by.
+pub struct GoRun {
+    pub requests_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// Builds and runs the Go baseline under wrk; `Err` says why it could not.
+pub async fn wrk_go(seconds: u64) -> Result<GoRun, String> {
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/failover/go-leader");
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target").to_owned());
+    let binary = format!("{target}/go-leader");
+    let built = std::process::Command::new("go")
+        .args(["build", "-o", &binary, "."])
+        .current_dir(source)
+        .env("GOTOOLCHAIN", "local")
+        .env("CGO_ENABLED", "0")
+        .output()
+        .map_err(|e| format!("go is not on PATH ({e})"))?;
+    if !built.status.success() {
+        return Err(format!(
+            "go build failed: {}",
+            String::from_utf8_lossy(&built.stderr)
+        ));
+    }
+    let mut child = std::process::Command::new(&binary)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{binary}: {e}"))?;
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("piped")),
+        &mut line,
+    )
+    .map_err(|e| e.to_string())?;
+    let url = format!("http://{}/leader", line.trim());
+    let text = run_wrk(url, seconds).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = text?;
+    Ok(GoRun {
+        requests_per_s: wrk_field(&text, "Requests/sec:"),
+        p50_ms: wrk_latency(&text, "50%"),
+        p99_ms: wrk_latency(&text, "99%"),
+    })
 }

@@ -8,7 +8,8 @@
 //!   one follower with a CAS PUT, spread over a claim window so that
 //!   conflicts stay O(1) with thousands of candidates; an acquisition
 //!   empties it; a successor that stops (SIGTERM, an unhealthy collector)
-//!   clears its own name.
+//!   clears its own name; a follower of a newer revision takes it from an
+//!   older one (see `revision`: a rollout hands over once).
 //! - `leader-gate.dev/handover-to: <identity>` (written by `leader-gate
 //!   handover`), or `spec.preferredHolder` where the API server keeps it,
 //!   asks the holder to step down ([`StopReason::HandoverRequested`]) and to

@@ -687,3 +687,95 @@ fn every_hand_over_path_costs_at_most_5_conflicts_at_5000_candidates() {
         }
     }
 }
+
+/// A lease held by `a` with `successor` named, claimed with `revision`, and
+/// the revisions that led.
+fn held_with_successor_of(
+    h: &mut Harness,
+    successor: &str,
+    revision: Option<&str>,
+    led: &str,
+) -> Lease {
+    let mut builder = LeaseBuilder::held_by("a")
+        .annotation(SUCCESSOR_ANNOTATION, successor)
+        .annotation("leader-gate.dev/revisions", led);
+    if let Some(revision) = revision {
+        builder = builder.annotation("leader-gate.dev/successor-revision", revision);
+    }
+    h.server_sets(builder)
+}
+
+#[test]
+fn a_follower_of_a_newer_revision_claims_the_slot_from_an_older_successor_once() {
+    for (mine, theirs, takes) in [
+        // A revision that never led outranks a listed one.
+        (Some("new"), Some("old"), true),
+        // A later-listed one outranks an earlier one.
+        (Some("old"), Some("older"), true),
+        // A successor without a revision (an older leader-gate) ranks last.
+        (Some("old"), None, true),
+        // Equal, or lower: the slot stays.
+        (Some("new"), Some("new"), false),
+        (Some("old"), Some("new"), false),
+        (Some("older"), Some("old"), false),
+        (None, Some("old"), false),
+        (None, None, false),
+    ] {
+        let mut h = with_window(Harness::new("b"), 60);
+        h.election.set_revision(mine.map(str::to_owned));
+        let held = held_with_successor_of(&mut h, "c", theirs, "older old");
+        h.feed(Input::Observed(Some(held.clone())), 0.0);
+        let write = h.first_write(0.0, 14.9);
+        let case = format!("mine {mine:?}, the successor's {theirs:?}");
+        if !takes {
+            assert_eq!(write, None, "{case}");
+            continue;
+        }
+        // Within four retry periods, not the claim window.
+        let (at, claim) = write.unwrap_or_else(|| panic!("{case}: no claim"));
+        assert!((2.0..=8.01).contains(&at), "{case}: at {at}");
+        let object = object_of(write_of(&claim));
+        assert_eq!(
+            annotation_of(object, SUCCESSOR_ANNOTATION),
+            Some("b"),
+            "{case}"
+        );
+        assert_eq!(
+            annotation_of(object, "leader-gate.dev/successor-revision"),
+            mine,
+            "{case}"
+        );
+        // Seen on the watch, the slot is ours: nothing more.
+        let stored = h.accept(&claim);
+        h.feed(Input::Written(Ok(stored)), at + 0.01);
+        assert_eq!(h.first_write(at + 0.1, 14.9), None, "{case}: one claim");
+    }
+}
+
+#[test]
+fn an_acquisition_lists_its_revision_and_empties_the_successors() {
+    let mut h = Harness::new("b");
+    h.election.set_revision(Some("new".into()));
+    let held = h.server_sets(LeaseBuilder::held_by("a").transitions(2));
+    h.feed(Input::Observed(Some(held.clone())), 0.0);
+    let released = h.server_sets(
+        LeaseBuilder::unheld()
+            .transitions(2)
+            .annotation(RELEASED_TERM_ANNOTATION, held.term_id().as_str())
+            .annotation(SUCCESSOR_ANNOTATION, "b")
+            .annotation("leader-gate.dev/successor-revision", "new")
+            .annotation("leader-gate.dev/revisions", "old"),
+    );
+    h.feed(Input::Observed(Some(released)), 0.0);
+    let (_, acquire) = h.first_write(0.0, 1.0).expect("the successor takes it");
+    let object = object_of(write_of(&acquire));
+    assert_eq!(
+        annotation_of(object, "leader-gate.dev/revisions"),
+        Some("old new")
+    );
+    assert_eq!(
+        annotation_of(object, "leader-gate.dev/successor-revision"),
+        None
+    );
+    assert_eq!(annotation_of(object, SUCCESSOR_ANNOTATION), None);
+}

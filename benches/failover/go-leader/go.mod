@@ -1,0 +1,3 @@
+module leader-gate.dev/go-leader
+
+go 1.22
