@@ -149,16 +149,61 @@ pub fn convert(
             DEFAULT_RELOAD
         }
     };
+    let proof = status_proof(&mut config, &mut notes);
     source.store(docs, config);
     if let Some(cm) = leader_cm {
         // Before the document holding the configuration (its ConfigMap, or the Beat).
         put_leader_config_map(docs, existing, source.doc(), cm);
     }
     Ok(Converted {
-        placement: file_placement(leader_map, placed_dir, FILE),
+        placement: FilePlacement {
+            proof,
+            ..file_placement(leader_map, placed_dir, FILE)
+        },
         reload_period,
         notes,
     })
+}
+
+/// What proves the leader-only modules stopped (`file-gate --status-url`):
+/// Metricbeat's own count of its reloaded modules on its HTTP endpoint
+/// (`/stats`, `libbeat.config.module.running`) back to what it was before
+/// the file was placed. The endpoint is turned on, on 127.0.0.1:5066, when
+/// it is off. None with autodiscover left in the same Metricbeat, which sets
+/// that count to its own list's size, nor with an endpoint the gate cannot
+/// reach on loopback: the release then waits the gate lag.
+fn status_proof(config: &mut Map, notes: &mut Vec<String>) -> Option<(String, &'static str)> {
+    const WHEN: &str = "libbeat.config.module.running <= before";
+    if config.dotted(&["metricbeat", "autodiscover"]).is_some() {
+        notes.push("no status proof for the file gate: the autodiscover left in this Metricbeat sets the module count /stats would prove the stop by, so a graceful hand-over waits the gate lag".to_owned());
+        return None;
+    }
+    if config.dotted(&["http", "enabled"]) != Some(&Node::Bool(true)) {
+        set_dotted(config, &["http", "enabled"], Node::Bool(true));
+        if config.dotted(&["http", "host"]).is_none() {
+            set_dotted(config, &["http", "host"], Node::str("127.0.0.1"));
+        }
+        notes.push("http.enabled: true (the file gate reads Metricbeat's /stats on loopback to prove the leader-only modules stopped, so a graceful hand-over need not wait the gate lag)".to_owned());
+    }
+    let host = config
+        .dotted(&["http", "host"])
+        .and_then(Node::as_str)
+        .unwrap_or("localhost");
+    let port = match config.dotted(&["http", "port"]) {
+        None => Some(5066),
+        Some(port) => port
+            .as_u64()
+            .or_else(|| port.as_str().and_then(|p| p.parse().ok())),
+    };
+    match (host, port) {
+        ("localhost" | "127.0.0.1" | "0.0.0.0" | "::" | "[::]", Some(port)) => {
+            Some((format!("http://127.0.0.1:{port}/stats"), WHEN))
+        }
+        _ => {
+            notes.push(format!("no status proof for the file gate: Metricbeat's http.host {host} is not on loopback or its port is not a number, so a graceful hand-over waits the gate lag"));
+            None
+        }
+    }
 }
 
 /// `reload.period` of Metricbeat's `metricbeat.config.modules` settings: a

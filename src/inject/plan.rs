@@ -109,6 +109,9 @@ pub struct FilePlacement {
     pub mapping: String,
     /// DST's directory, an emptyDir shared with the collector.
     pub placed_dir: String,
+    /// The collector's status that proves the placed file's work stopped
+    /// (`file-gate --status-url`, `--stopped-when`), where there is one.
+    pub proof: Option<(String, &'static str)>,
 }
 
 /// Everything decided for one workload.

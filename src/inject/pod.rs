@@ -36,6 +36,7 @@ pub fn file_placement(config_map: String, placed_dir: String, file: &str) -> Fil
         config_map,
         mapping: format!("{SOURCE_DIR}/{file}:{placed_dir}/{file}"),
         placed_dir,
+        proof: None,
     }
 }
 
@@ -169,12 +170,19 @@ securityContext: {sec}
     ))
 }
 
-fn file_gate_container(plan: &Plan, mapping: &str, placed_dir: &str, user: u64) -> Node {
+fn file_gate_container(plan: &Plan, file: &FilePlacement, user: u64) -> Node {
+    let proof = file.proof.as_ref().map_or(String::new(), |(url, when)| {
+        format!(
+            "{}, {}, ",
+            q(&format!("--status-url={url}")),
+            q(&format!("--stopped-when={when}"))
+        )
+    });
     parse(&format!(
         "name: {FILE_GATE}
 image: {image}
 restartPolicy: Always
-args: [file-gate, --log-format=json, --lease, {lease}, {mapping}]
+args: [file-gate, --log-format=json, --lease, {lease}, {proof}{mapping}]
 env: [{{name: LEADER_GATE_URL, value: 'unix:{SOCKET}'}}]
 volumeMounts:
   - {{name: {VOL_SOURCE}, mountPath: {SOURCE_DIR}, readOnly: true}}
@@ -185,8 +193,8 @@ securityContext: {sec}
 ",
         image = q(&plan.image),
         lease = q(&plan.lease),
-        mapping = q(mapping),
-        placed_dir = q(placed_dir),
+        mapping = q(&file.mapping),
+        placed_dir = q(&file.placed_dir),
         sec = security(user),
     ))
 }
@@ -380,11 +388,7 @@ pub fn gate(
                     _ => "the file gate runs as root (uid 0), the collector's user: Metricbeat loads only module files owned by root or by itself",
                 }.to_owned());
             }
-            upsert(
-                inits,
-                "name",
-                file_gate_container(plan, &file.mapping, &file.placed_dir, user),
-            );
+            upsert(inits, "name", file_gate_container(plan, file, user));
         }
         None => remove_named(inits, FILE_GATE),
     }

@@ -534,6 +534,57 @@ fn elastic_with(old: &str, new: &str) -> String {
     text.replacen(old, new, 1)
 }
 
+/// The file gate's args in `out` (one file-gated workload).
+fn file_gate_args(out: &str) -> Vec<String> {
+    let docs = read_stream(out).unwrap();
+    let ds = find(&docs, "DaemonSet", "metricbeat");
+    let pod = ds.at(&["spec", "template", "spec"]).unwrap();
+    let gate = named(pod.seq("initContainers"), "leader-gate-file-gate");
+    strings(gate.seq("args"))
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn metricbeats_own_stats_prove_the_leader_only_modules_stopped_unless_autodiscover_stays() {
+    let (code, out, err) = inject(&fixture("elastic-beats-metricbeat-kubernetes.yaml"), &[]);
+    assert_eq!(code, 0, "{err}");
+    let args = file_gate_args(&out);
+    for wanted in [
+        "--status-url=http://127.0.0.1:5066/stats",
+        "--stopped-when=libbeat.config.module.running <= before",
+    ] {
+        assert!(args.iter().any(|a| a == wanted), "{wanted} not in {args:?}");
+    }
+    // Elastic's manifest has the endpoint off: on, on loopback, and said.
+    let docs = read_stream(&out).unwrap();
+    let config = find(&docs, "ConfigMap", "metricbeat-daemonset-config");
+    let yml = read_one(config.at_str(&["data", "metricbeat.yml"]).unwrap()).unwrap();
+    let yml = yml.as_map().unwrap();
+    assert_eq!(yml.get("http.enabled"), Some(&Node::Bool(true)), "{yml:?}");
+    assert_eq!(yml.str("http.host"), Some("127.0.0.1"));
+    assert!(
+        err.contains("http.enabled: true (the file gate reads"),
+        "{err}"
+    );
+    assert_eq!(check(&out), (0, String::new()));
+    // The hints provider left on: it sets the same count, so no proof.
+    let input = elastic_with(
+        "        #- type: kubernetes\n        #  node: ${NODE_NAME}\n        #  hints.enabled: true",
+        "        - type: kubernetes\n          node: ${NODE_NAME}\n          hints.enabled: true",
+    );
+    let (code, out, err) = inject(&input, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !file_gate_args(&out)
+            .iter()
+            .any(|a| a.starts_with("--status-url")),
+        "{err}"
+    );
+    assert!(err.contains("no status proof for the file gate"), "{err}");
+}
+
 #[test]
 fn a_fractional_reload_period_gives_whole_second_lease_timings_that_pass_the_check() {
     let input = elastic_with(
