@@ -43,9 +43,11 @@ done
 
 # The kit's busybox stand-in for statsd-exporter: serves /metrics with a
 # process start time of its own, as the real one does (its identity here).
+# The uptime's 10 ms are too coarse for two pods a rollout starts on one
+# node at once: random digits below them keep each apart.
 STANDIN = """\
 mkdir -p /tmp/w/-; echo ok > /tmp/w/-/healthy
-printf 'process_start_time_seconds %s\\n' "$(cut -d' ' -f1 /proc/uptime)" > /tmp/w/metrics
+printf 'process_start_time_seconds %s%06d\\n' "$(cut -d' ' -f1 /proc/uptime)" "$(( $(od -An -N3 -tu4 /dev/urandom) % 1000000 ))" > /tmp/w/metrics
 exec httpd -f -p 9102 -h /tmp/w
 """
 

@@ -19,6 +19,7 @@ class Record:
         self.snapshots = []          # (time, {ip: pod})
         self.identities = {}         # process start time -> pod
         self.asked = {}              # pod -> its containers' restarts when last asked
+        self.ambiguous = set()       # start times two processes answered with
         self.offset = None           # epoch - uptime
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -56,6 +57,11 @@ class Record:
                             "| grep -m1 '^process_start_time_seconds' | cut -d' ' -f2", check=False).strip()
                         if out:
                             with self.lock:
+                                other = self.identities.get(out)
+                                if other not in (None, name):
+                                    # Two processes with one start time: no
+                                    # answer of either can be told apart.
+                                    self.ambiguous.add(out)
                                 self.identities[out] = name
                                 self.asked[name] = restarts
             except (Failed, subprocess.TimeoutExpired, KeyError):
@@ -95,6 +101,9 @@ class Record:
         for t, answer in self.lines(client, "/log/requests", since, tail):
             ok = answer != "FAIL"
             with self.lock:
+                if answer in self.ambiguous:
+                    raise Failed(f"two routed pods answer with process start time {answer}: "
+                                 "their requests cannot be told apart")
                 who = self.identities.get(answer, f"process:{answer}") if ok else None
             rows.append((t, ok, who))
         return rows
