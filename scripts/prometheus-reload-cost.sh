@@ -29,8 +29,8 @@ for interval in 5s 1s; do
     start=$(metric "$port" process_cpu_seconds_total)
     sleep "$each"
     end=$(metric "$port" process_cpu_seconds_total)
-    cpus+=("$(echo "$end - $start" | bc -l)")
-    rss+=("$(echo "$(metric "$port" process_resident_memory_bytes) / 1048576" | bc -l)")
+    cpus+=("$(awk -v a="$start" -v b="$end" 'BEGIN {print b - a}')")
+    rss+=("$(awk -v r="$(metric "$port" process_resident_memory_bytes)" 'BEGIN {print r / 1048576}')")
     kill "$pid"; wait "$pid" 2>/dev/null || true
   done
   median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
