@@ -625,7 +625,7 @@ async fn a_rollout_hands_over_once_to_a_pod_of_the_new_revision_with_a_few_write
     // Four pods of revision `rev-a`, replaced one at a time by pods of
     // `rev-b` (a DaemonSet's rolling update, `--revision` from the pod's
     // controller-revision-hash): two followers first, then the leader,
-    // then the last follower.
+    // then the follower that was named successor.
     const OLD: &str = "rev-a";
     const NEW: &str = "rev-b";
     let test = "successor-rollout";
@@ -641,7 +641,7 @@ async fn a_rollout_hands_over_once_to_a_pod_of_the_new_revision_with_a_few_write
         sidecar.wait_serving().await;
     }
     let monitor = Monitor::start(&sidecars.iter().collect::<Vec<_>>());
-    let (leader, _) = settled(&api, &sidecars).await;
+    let (leader, named) = settled(&api, &sidecars).await;
     let revisions = |api: &FakeApiServer| {
         api.lease(LEASE)
             .and_then(|l| {
@@ -656,12 +656,14 @@ async fn a_rollout_hands_over_once_to_a_pod_of_the_new_revision_with_a_few_write
         OLD,
         "the leader's acquisition listed its revision"
     );
-    let followers: Vec<String> = sidecars
+    // The two followers not named first (the slot still names an old pod
+    // when the first new one starts), then the leader, then the named one.
+    let others: Vec<String> = sidecars
         .iter()
         .map(|s| s.name.clone())
-        .filter(|n| *n != leader)
+        .filter(|n| *n != leader && *n != named)
         .collect();
-    let order = [&followers[0], &followers[1], &leader, &followers[2]];
+    let order = [&others[0], &others[1], &leader, &named];
     api.clear_requests();
     let mut holders = vec![leader.clone()];
     for (n, victim) in order.into_iter().enumerate() {
@@ -677,15 +679,23 @@ async fn a_rollout_hands_over_once_to_a_pod_of_the_new_revision_with_a_few_write
         }
         let fresh = spawn(&format!("new-{n}"), NEW);
         fresh.wait_serving().await;
+        let serving = Instant::now();
         monitor.watch(&fresh);
         sidecars[index] = fresh;
-        // The next pod is replaced once this one is up and a new-revision
-        // successor is named, as a DaemonSet waits for the new pod to be
-        // available.
+        // A rollout replaces the next pod as soon as this one is ready: a
+        // new-revision successor is named within half a retry period of
+        // its start (the watch's latency on top), not at the claim window.
         wait_until("a successor of the new revision", TIMING.lease * 3, || {
             successor_revision(&api).filter(|r| r == NEW)
         })
         .await;
+        if n == 0 {
+            assert!(
+                serving.elapsed() < TIMING.retry,
+                "the first new pod took the slot {:?} after it served",
+                serving.elapsed()
+            );
+        }
         let named = successor(&api).unwrap_or_default();
         assert!(named.starts_with("new-"), "{named} is named with {NEW}");
     }

@@ -17,9 +17,9 @@
 //! new pods) above every listed one, a later-listed one above an earlier
 //! one, and an unknown one (no `--revision`, or an older leader-gate) below
 //! all. A follower that outranks the named successor claims the slot from
-//! it, after a draw over [`displacement_window`] — at most a few claims per
-//! rollout, whatever the number of pods, as the first new pod's claim reaches
-//! the others on the watch and they no longer outrank it. Nothing else
+//! it within half a retry period ([`displacement_delay`]) — at most a few
+//! claims per rollout, whatever the number of pods, as the first new pod's
+//! claim reaches the others on the watch and they no longer outrank it. Nothing else
 //! changes: a successor is a preference, never trusted (G7).
 //!
 //! Where it cannot help: the rollout replaces the leader before any new pod
@@ -122,16 +122,16 @@ pub(super) fn on_named(object: &mut DynamicObject) {
     set_annotation(object, SUCCESSOR_REVISION_ANNOTATION, None);
 }
 
-/// The window over which a follower that outranks the named successor
-/// draws its claim: four retry periods at most (the rollout moves on at
-/// the pace of pod starts), the claim window if shorter. Few pods outrank
-/// a successor at once; with the cube-root draw of the empty slot's claims
-/// and a 10 ms watch, even 1,000 new pods at once collide about 0.1 times.
-pub(super) fn displacement_window(
+/// When a follower that outranks the named successor claims the slot from
+/// it: within half a retry period, before the rollout replaces the leader
+/// (it does as soon as this new pod is ready), drawn as a release's herd
+/// is ([`super::successor::late_draw`]: at 5,000 candidates and a 10–50 ms
+/// watch, under one conflict), so many new pods at once cost O(1) claims.
+pub(super) fn displacement_delay(
     retry: std::time::Duration,
-    window: std::time::Duration,
+    rng: &mut fastrand::Rng,
 ) -> std::time::Duration {
-    window.min(retry * 4)
+    super::successor::late_draw(retry / 2, rng)
 }
 
 #[cfg(test)]

@@ -375,20 +375,17 @@ impl Election {
             self.successor.claim_at = None;
             return;
         }
+        let retry = self.settings.retry_period;
+        // Taking the slot from an older revision is urgent (the rollout
+        // replaces the leader as soon as this pod is ready): within half
+        // a retry period, late-skewed like a release's herd, so that of
+        // many new pods at once the first claim lands alone.
         let at = match self.successor.claim_at {
-            Some(at) => at,
-            None => {
-                let retry = self.settings.retry_period;
-                let window = if outranks {
-                    revision::displacement_window(retry, self.successor.window)
-                } else {
-                    self.successor.window
-                };
-                let at = now.instant + claim_delay(retry, window, &mut self.rng);
-                self.successor.claim_at = Some(at);
-                at
-            }
+            Some(at) if !outranks || at <= now.instant + retry / 2 => at,
+            _ if outranks => now.instant + revision::displacement_delay(retry, &mut self.rng),
+            _ => now.instant + claim_delay(retry, self.successor.window, &mut self.rng),
         };
+        self.successor.claim_at = Some(at);
         if now.instant >= at && !busy {
             self.successor.claim_at = None;
             actions.push(self.successor_write(&lease, Some(me.to_owned()), now));
