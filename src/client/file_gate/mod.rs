@@ -317,6 +317,9 @@ pub async fn run(options: FileGateOptions) -> u8 {
                 }
             }
             closing.leading(&leading.term);
+            if let Some(prover) = &prover {
+                prover.withdraw();
+            }
             if acknowledges && gate.failed_writes() >= GIVE_UP_AFTER {
                 // Nothing of the term can run here, and the sidecar would
                 // count it as running for as long as this gate stayed:

@@ -121,6 +121,13 @@ impl Prover {
         });
     }
 
+    /// Leading again: an unproven removal no longer matters (a proof of it
+    /// could acknowledge nothing newer), so the status is not read meanwhile.
+    pub(super) fn withdraw(&self) {
+        self.asks
+            .send_if_modified(|current| current.take().is_some());
+    }
+
     /// Told of every new proof (never closed while `self` lives).
     pub(super) fn proofs(&self) -> watch::Receiver<u64> {
         self.proven.subscribe()
@@ -220,5 +227,55 @@ impl Marker {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A status that never says stopped, counting its reads.
+    async fn never_stopped() -> (GateUrl, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = GateUrl::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        let reads = Arc::new(AtomicUsize::new(0));
+        let counted = reads.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let mut buf = [0u8; 1024];
+                let _ = stream.read(&mut buf).await;
+                let body = "{\"running\": 4}";
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            }
+        });
+        (url, reads)
+    }
+
+    #[tokio::test]
+    async fn leading_again_withdraws_an_unproven_removal_and_the_reads_stop() {
+        let (url, reads) = never_stopped().await;
+        let prover = Prover::start(url, StoppedWhen::parse("running == 0").unwrap());
+        prover.ask(3, None);
+        tokio::time::sleep(POLL * 3).await;
+        let asked = reads.load(Ordering::SeqCst);
+        assert!(asked >= 2, "read while the removal waits: {asked}");
+        prover.withdraw();
+        tokio::time::sleep(POLL).await;
+        let settled = reads.load(Ordering::SeqCst);
+        tokio::time::sleep(POLL * 4).await;
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            settled,
+            "no reads while leading"
+        );
+        assert_eq!(*prover.proofs().borrow(), 0, "nothing proven");
+        prover.finish();
     }
 }
