@@ -45,8 +45,8 @@ FLOORS = [
 ]
 
 
-def module_of(path):
-    rel = os.path.relpath(path, SRC)[:-3].split(os.sep)
+def module_of(path, src=SRC):
+    rel = os.path.relpath(path, src)[:-3].split(os.sep)
     if rel[-1] in ("mod", "lib"):
         rel = rel[:-1]
     return tuple(rel)
@@ -145,37 +145,39 @@ def resolve(path, here, modules, children):
     return cur
 
 
-def graph():
+def graph(src=SRC):
     files = {}
-    for dirpath, _, names in os.walk(SRC):
+    for dirpath, _, names in os.walk(src):
         for name in names:
             if name.endswith(".rs"):
                 path = os.path.join(dirpath, name)
-                files[module_of(path)] = path
+                files[module_of(path, src)] = path
     # main.rs is the binary's crate root: its `crate::` is itself.
     modules = set(files) | {()}
     children = defaultdict(set)
-    inline = {}
     for mod, path in files.items():
         text = strip(open(path).read())
         for m in re.finditer(r"\bmod\s+(\w+)\s*;", text):
             if mod != ("main",):
                 children[mod].add(m.group(1))
-        # Inline modules (`mod tests { … }`) share their file's arrows.
-        for m in re.finditer(r"\bmod\s+(\w+)\s*\{", text):
-            inline.setdefault(mod, set()).add(m.group(1))
         files[mod] = (path, text)
     edges = defaultdict(set)
     for mod, (path, text) in files.items():
+        # Inline modules (`mod tests { … }`) share their file's arrows: a
+        # path inside one is read as the file's, its leading `super::`s
+        # (one per inline module around it) dropped first.
+        nesting = inline_spans(text)
         paths = []
         for m in re.finditer(r"\buse\s+([^;]+);", text):
-            paths.extend(use_paths(m.group(1)))
+            paths.extend(in_file(p, m.start(), nesting) for p in use_paths(m.group(1)))
         for m in re.finditer(r"\b((?:crate|super|self|leader_gate)(?:::\w+)+)", text):
-            paths.append(m.group(1))
+            paths.append(in_file(m.group(1), m.start(), nesting))
         for m in re.finditer(r"(?<![:\w])(\w+)::\w+", text):
-            if m.group(1) in children.get(mod, ()):
+            if m.group(1) in children.get(mod, ()) and not any(a <= m.start() < b for a, b in nesting):
                 paths.append(m.group(0))
         for p in paths:
+            if p is None:
+                continue
             if mod == ("main",) and not p.startswith(("leader_gate", "crate")):
                 continue
             if mod == ("main",):
@@ -183,11 +185,37 @@ def graph():
             target = resolve(p, mod, modules, children)
             if target is None or target == () or target == mod:
                 continue
-            # An inline `mod tests` saying `super::` means this file.
-            if p.startswith("super::") and mod in inline and resolve(p.replace("super::", "self::", 1), mod, modules, children) == mod:
-                continue
             edges[mod].add(target)
     return sorted(files), edges
+
+
+def inline_spans(text):
+    """Where each inline module (`mod tests { … }`) of a file begins and ends."""
+    spans = []
+    for m in re.finditer(r"\bmod\s+\w+\s*\{", text):
+        depth, i = 0, m.end() - 1
+        while i < len(text):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                break
+            i += 1
+        spans.append((m.start(), i))
+    return spans
+
+
+def in_file(path, at, nesting):
+    """`path`, written at `at`, as the file's module would write it: within
+    inline modules their leading `super::`s are theirs to drop; a path that
+    stays inside an inline module (`self::`, too few `super::`s) is None."""
+    depth = sum(1 for a, b in nesting if a <= at < b)
+    if depth == 0 or path.startswith(("crate::", "leader_gate::")):
+        return path
+    segs = path.split("::")
+    for _ in range(depth):
+        if segs[0] != "super":
+            return None
+        segs = segs[1:]
+    return "::".join(["self", *segs])
 
 
 def inside(a, b):

@@ -33,11 +33,11 @@ use tokio::time::{Instant, timeout_at};
 use crate::args::{LogArgs, is_dns1123_subdomain, resolve_namespace};
 use crate::duration::parse_duration;
 use crate::elector::api_error::ApiError;
-use crate::elector::lease::{Lease, TermId};
+use crate::elector::lease::{Lease, TermId, set_annotation};
 use crate::elector::lease_client::{self, KubeLeaseStore, LeaseStore};
 #[cfg(test)]
 use crate::elector::machine::SUCCESSOR_ANNOTATION;
-use crate::elector::machine::{HANDOVER_ANNOTATION, handover_to, set_annotation, successor_of};
+use crate::elector::machine::{HANDOVER_ANNOTATION, handover_to, successor_of};
 use crate::exit;
 
 /// PUTs answered 409 before giving up (a renew lands every retry period).

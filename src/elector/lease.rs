@@ -49,6 +49,35 @@ const MAX_DURATION_SECS: i64 = i32::MAX as i64;
 /// 2^31 acquisitions of one Lease never happen in one history).
 const MAX_TRANSITIONS: i64 = i32::MAX as i64;
 
+/// The annotation `key` of `object`, unless absent or empty.
+pub fn annotation<'a>(object: &'a DynamicObject, key: &str) -> Option<&'a str> {
+    object
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+}
+
+/// Sets (or, with `None`, removes) an annotation of `object`.
+pub fn set_annotation(object: &mut DynamicObject, key: &str, value: Option<&str>) {
+    match value {
+        Some(value) => {
+            object
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(key.into(), value.into());
+        }
+        None => {
+            if let Some(annotations) = object.metadata.annotations.as_mut() {
+                annotations.remove(key);
+            }
+        }
+    }
+}
+
 /// `text`, cut to at most `max` bytes (on a char boundary) and marked when
 /// it was longer.
 pub fn bounded(text: &str, max: usize) -> String {

@@ -883,7 +883,7 @@ async fn a_handover_release_after_the_term_ended_otherwise_is_logged_as_the_hand
     sleep(Duration::from_secs(3)).await;
     let current = memory.changes.borrow().clone().expect("a Lease");
     let mut object = current.object().clone();
-    crate::elector::machine::set_annotation(
+    crate::elector::lease::set_annotation(
         &mut object,
         crate::elector::machine::HANDOVER_ANNOTATION,
         Some("b"),

@@ -74,7 +74,7 @@ pub use resume::{Dropped, NotResumed, Resumption};
 pub use spread::{Held, Spread, spread_of};
 pub use successor::{
     DEFAULT_CLAIM_WINDOW, HANDOVER_ANNOTATION, SUCCESSOR_ANNOTATION, handover_to, preferred_holder,
-    set_annotation, successor_of,
+    successor_of,
 };
 
 use requests::Pending;

@@ -17,10 +17,15 @@
 //! new pods) above every listed one, a later-listed one above an earlier
 //! one, and an unknown one (no `--revision`, or an older leader-gate) below
 //! all. A follower that outranks the named successor claims the slot from
-//! it within half a retry period ([`displacement_delay`]) — at most a few
-//! claims per rollout, whatever the number of pods, as the first new pod's
-//! claim reaches the others on the watch and they no longer outrank it. Nothing else
-//! changes: a successor is a preference, never trusted (G7).
+//! it within half a retry period (drawn in `successor`, late-skewed as a
+//! release's herd is: at 5,000 candidates and a 10–50 ms watch, under one
+//! conflict) — at most a few claims per rollout, whatever the number of
+//! pods, as the first new pod's claim reaches the others on the watch and
+//! they no longer outrank it. Nothing else changes: a successor is a
+//! preference, never trusted (G7).
+//!
+//! This module reads and writes the two annotations only; `successor` asks
+//! it how pods rank, and imports it (not the other way round).
 //!
 //! Where it cannot help: the rollout replaces the leader before any new pod
 //! runs (a DaemonSet's first replaced pod, one chance in the number of
@@ -30,8 +35,7 @@
 
 use kube::api::DynamicObject;
 
-use super::successor::{SUCCESSOR_ANNOTATION, set_annotation};
-use crate::elector::lease::{Lease, MAX_IDENTITY_LEN, bounded};
+use crate::elector::lease::{Lease, MAX_IDENTITY_LEN, annotation, bounded, set_annotation};
 
 /// The revisions that led, oldest first, separated by spaces.
 pub const REVISIONS_ANNOTATION: &str = "leader-gate.dev/revisions";
@@ -47,16 +51,6 @@ pub(super) enum Rank {
     Unknown,
     Led(usize),
     New,
-}
-
-fn annotation<'a>(object: &'a DynamicObject, key: &str) -> Option<&'a str> {
-    object
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
-        .filter(|v| !v.is_empty())
 }
 
 /// The revisions that led, oldest first.
@@ -102,36 +96,15 @@ pub(super) fn on_acquired(object: &mut DynamicObject, revision: Option<&str>) {
     set_annotation(object, REVISIONS_ANNOTATION, Some(&value));
 }
 
-/// A claim of the slot (or clearing it, `successor` `None`) carries the
-/// claimant's revision.
-pub(super) fn on_claim(
-    object: &mut DynamicObject,
-    successor: Option<&str>,
-    revision: Option<&str>,
-) {
-    set_annotation(object, SUCCESSOR_ANNOTATION, successor);
-    set_annotation(
-        object,
-        SUCCESSOR_REVISION_ANNOTATION,
-        successor.and(revision),
-    );
+/// A claim of the slot (or clearing it) carries the claimant's revision
+/// (`None`: clearing it, or a claimant without one).
+pub(super) fn on_claim(object: &mut DynamicObject, revision: Option<&str>) {
+    set_annotation(object, SUCCESSOR_REVISION_ANNOTATION, revision);
 }
 
 /// A hand-over's release names a target whose revision it does not know.
 pub(super) fn on_named(object: &mut DynamicObject) {
     set_annotation(object, SUCCESSOR_REVISION_ANNOTATION, None);
-}
-
-/// When a follower that outranks the named successor claims the slot from
-/// it: within half a retry period, before the rollout replaces the leader
-/// (it does as soon as this new pod is ready), drawn as a release's herd
-/// is ([`super::successor::late_draw`]: at 5,000 candidates and a 10–50 ms
-/// watch, under one conflict), so many new pods at once cost O(1) claims.
-pub(super) fn displacement_delay(
-    retry: std::time::Duration,
-    rng: &mut fastrand::Rng,
-) -> std::time::Duration {
-    super::successor::late_draw(retry / 2, rng)
 }
 
 #[cfg(test)]
@@ -181,12 +154,12 @@ mod tests {
     #[test]
     fn the_successors_revision_goes_with_its_name() {
         let mut object = lease_with(&[]).object().clone();
-        on_claim(&mut object, Some("b"), Some("r2"));
+        on_claim(&mut object, Some("r2"));
         let lease = Lease::new(object.clone());
         assert_eq!(successor_rank(&lease), Rank::New);
-        on_claim(&mut object, None, Some("r2"));
+        on_claim(&mut object, None);
         assert_eq!(annotation(&object, SUCCESSOR_REVISION_ANNOTATION), None);
-        on_claim(&mut object, Some("b"), Some("r2"));
+        on_claim(&mut object, Some("r2"));
         on_acquired(&mut object, Some("r2"));
         assert_eq!(annotation(&object, SUCCESSOR_REVISION_ANNOTATION), None);
     }

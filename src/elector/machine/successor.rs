@@ -42,7 +42,7 @@ use tokio::time::Instant;
 use super::revision;
 use super::view::View;
 use super::{Action, Election, Now, Purpose, Settings, StopReason, Write, WriteOp};
-use crate::elector::lease::{Lease, MAX_IDENTITY_LEN, bounded};
+use crate::elector::lease::{self, Lease, MAX_IDENTITY_LEN, bounded, set_annotation};
 
 /// Names the follower that takes the Lease over next.
 pub const SUCCESSOR_ANNOTATION: &str = "leader-gate.dev/successor";
@@ -78,31 +78,7 @@ pub fn preferred_holder(lease: &Lease) -> Option<String> {
 }
 
 fn annotation(object: &DynamicObject, key: &str) -> Option<String> {
-    object
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .filter(|v| !v.is_empty())
-        .map(|v| bounded(v, MAX_IDENTITY_LEN))
-}
-
-/// Sets (or, with `None`, removes) an annotation of `object`.
-pub fn set_annotation(object: &mut DynamicObject, key: &str, value: Option<&str>) {
-    match value {
-        Some(value) => {
-            object
-                .metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .insert(key.into(), value.into());
-        }
-        None => {
-            if let Some(annotations) = object.metadata.annotations.as_mut() {
-                annotations.remove(key);
-            }
-        }
-    }
+    lease::annotation(object, key).map(|v| bounded(v, MAX_IDENTITY_LEN))
 }
 
 /// An acquisition empties the slot and answers any hand-over request.
@@ -382,7 +358,7 @@ impl Election {
         // many new pods at once the first claim lands alone.
         let at = match self.successor.claim_at {
             Some(at) if !outranks || at <= now.instant + retry / 2 => at,
-            _ if outranks => now.instant + revision::displacement_delay(retry, &mut self.rng),
+            _ if outranks => now.instant + late_draw(retry / 2, &mut self.rng),
             _ => now.instant + claim_delay(retry, self.successor.window, &mut self.rng),
         };
         self.successor.claim_at = Some(at);
@@ -396,10 +372,10 @@ impl Election {
     /// and our revision with it).
     fn successor_write(&mut self, lease: &Lease, successor: Option<String>, now: Now) -> Action {
         let mut object = lease.object().clone();
+        set_annotation(&mut object, SUCCESSOR_ANNOTATION, successor.as_deref());
         revision::on_claim(
             &mut object,
-            successor.as_deref(),
-            self.successor.revision.as_deref(),
+            successor.as_ref().and(self.successor.revision.as_deref()),
         );
         let base_rv = lease.resource_version().map(str::to_owned);
         self.write_in_flight(Purpose::Successor, now, base_rv);

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::*;
 use crate::elector::api_error::Forbidden;
 use crate::elector::lease::fixtures::{LeaseBuilder, stored};
-use crate::elector::lease::{self, Lease, RELEASED_TERM_ANNOTATION};
+use crate::elector::lease::{self, Lease, RELEASED_TERM_ANNOTATION, set_annotation};
 
 mod properties;
 mod spread;

@@ -374,7 +374,13 @@ fn a_preferred_holder_set_during_the_term_asks_for_a_hand_over_one_present_at_ac
 fn a_successor_that_stops_clears_its_own_name_once() {
     for stop in [Input::Shutdown, Input::CollectorHealth(false)] {
         let mut h = Harness::new("b");
-        let held = h.server_sets(LeaseBuilder::held_by("a").annotation(SUCCESSOR_ANNOTATION, "b"));
+        // Its revision goes with its name.
+        h.election.set_revision(Some("r1".into()));
+        let held = h.server_sets(
+            LeaseBuilder::held_by("a")
+                .annotation(SUCCESSOR_ANNOTATION, "b")
+                .annotation("leader-gate.dev/successor-revision", "r1"),
+        );
         h.feed(Input::Observed(Some(held.clone())), 0.0);
         let actions = h.feed(stop, 1.0);
         let [resign] = &actions[..] else {
@@ -384,6 +390,7 @@ fn a_successor_that_stops_clears_its_own_name_once() {
         assert_eq!(write.purpose, Purpose::Successor);
         let mut expected = held.object().clone();
         set_annotation(&mut expected, SUCCESSOR_ANNOTATION, None);
+        set_annotation(&mut expected, "leader-gate.dev/successor-revision", None);
         assert_eq!(object_of(write), &expected);
         h.feed(
             Input::Written(Err(ApiError::Server {
