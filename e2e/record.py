@@ -36,10 +36,14 @@ class Record:
         self.offset = best[1]
         return best[0]
 
-    def watch(self, client):
+    def watch(self, client, on_pods=None):
+        """Every 2 s until stopped: the namespace's pod IPs, the routed
+        processes' identities, and the pods handed to `on_pods`."""
         while not self.stop.is_set():
             try:
                 items = self.cluster.json("get", "pods")["items"]
+                if on_pods:
+                    on_pods(items)
                 ips = {p["status"]["podIP"]: p["metadata"]["name"] for p in items if p["status"].get("podIP")}
                 with self.lock:
                     self.snapshots.append((time.time(), ips))

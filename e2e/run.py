@@ -29,6 +29,7 @@ import yaml  # noqa: E402
 import deploy  # noqa: E402
 from cluster import Cluster, Failed, Workload  # noqa: E402
 from cost import cost  # noqa: E402
+from logs import PodLogs  # noqa: E402
 from record import Record  # noqa: E402
 import faults  # noqa: E402
 import verdict  # noqa: E402
@@ -95,6 +96,7 @@ def main():
     chosen = set(args.workloads.split(","))
     workloads = [w for w in (exec_w, route_w, file_w) if w.name.split("(")[1].rstrip(")") in chosen]
     record = Record(cluster, route_w.label)
+    pod_logs = PodLogs(cluster, args.out)
     code = 0
     try:
         cluster.kubectl("create", "namespace", ns, namespaced=False, check=False)
@@ -129,7 +131,7 @@ def main():
         recorder = exec_w_pod(cluster, "e2e-recorder")
         rtt = record.clock(recorder)
         say(f"clock: recorder uptime + {record.offset:.3f} (round trip {rtt * 1000:.0f} ms)")
-        threading.Thread(target=record.watch, args=("e2e-client",), daemon=True).start()
+        threading.Thread(target=record.watch, args=("e2e-client", pod_logs.poll), daemon=True).start()
 
         def evidence(w, holder, since):
             if w.routed:
@@ -241,6 +243,7 @@ def main():
         code = 2
     finally:
         record.stop.set()
+        pod_logs.stop()
         if not args.keep:
             cluster.kubectl("delete", "namespace", ns, "--wait=false", namespaced=False, check=False)
             if os.path.exists(rendered):

@@ -34,6 +34,9 @@ class Verdict(unittest.TestCase):
         self.assertEqual(v["totals"]["handovers"], 1)
         self.assertEqual(v["faults"][0]["missed"], 1)
         self.assertEqual(v["totals"]["longest_gap"], 7.5)
+        # 7.5 s between the two pods' scrapes, one interval of it work.
+        self.assertEqual(v["handovers"][0]["without_work"], 2.5)
+        self.assertEqual(v["totals"]["graceful_without_work"], {"median": 2.5, "max": 2.5})
 
     def test_two_pods_scraping_at_once_are_duplicated_intervals(self):
         # b starts while a still scrapes: the Beats bug.
@@ -84,6 +87,18 @@ class Verdict(unittest.TestCase):
         self.assertEqual(missed(5.4, I), 0)
         self.assertEqual(missed(9.9, I), 1)
         self.assertEqual(missed(10.6, I), 2)
+
+    def test_time_without_cluster_work_counts_graceful_hand_overs_only(self):
+        # a -> b graceful (7.5 s apart: 2.5 s), b -> a forced (97.5 -> 120: 17.5 s),
+        # a -> b graceful (5.5 s: 0.5 s).
+        scrapes = (every("a", 0, 50) + every("b", 57.5, 100) + every("a", 120, 150)
+                   + every("b", 155.5, 200))
+        faults = [fault("delete-leader", 49, 60), fault("force-delete", 99, 125, graceful=False),
+                  fault("handover", 150, 160)]
+        v = self.judge(scrapes, faults)
+        self.assertEqual([h["without_work"] for h in v["handovers"]], [2.5, 17.5, 0.5])
+        self.assertEqual(v["totals"]["graceful_without_work"], {"median": 1.5, "max": 2.5})
+        self.assertIn("median 1.5 s, max 2.5 s", table({"prometheus-exec": v}, I))
 
     def test_the_table_has_a_row_per_fault_kind_and_a_total(self):
         scrapes = every("a", 0, 50) + every("b", 57.5, 100)

@@ -18,6 +18,10 @@ Definitions (docs/e2e.md says them to users):
   the fault whose window (from its start to the moment the suite saw the
   group settled) holds the second scrape. A hand-over in no fault's window
   is *unprovoked*, and reported.
+- A hand-over's *time without cluster work* is its gap less one interval:
+  how much later than the next scrape due the new pod's first came (0 when
+  the new pod scrapes exactly when the old one would have). The table gives
+  its median and maximum over the graceful hand-overs.
 - Bounds, per fault: a graceful one (rollout, deletion, `handover`, drain,
   scale-down) misses at most 1 interval per hand-over it caused, and none
   when it caused none; a forced one (forced deletion, a container killed, a
@@ -63,6 +67,19 @@ def missed(gap, interval):
     return max(0, math.floor((gap - JITTER * interval) / interval))
 
 
+def without_work(gap, interval):
+    """Time without cluster work in a hand-over whose two scrapes are `gap` apart."""
+    return round(max(0.0, gap - interval), 3)
+
+
+def median(values):
+    values = sorted(values)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else round((values[mid - 1] + values[mid]) / 2, 3)
+
+
 def forced_bound(interval, lease_duration, retry_period):
     return math.ceil((lease_duration + retry_period) / interval) + 1
 
@@ -91,7 +108,8 @@ def judge(scrapes, interval, faults, lease_duration, retry_period, requests=()):
             owner = next((i for i, f in enumerate(faults) if window(f)(after)), None)
             handovers.append(
                 {"from": old, "to": new, "last": before, "first": after,
-                 "gap": round(gap, 3), "missed": lost, "fault": owner}
+                 "gap": round(gap, 3), "without_work": without_work(gap, interval), "missed": lost,
+                 "fault": owner}
             )
     results = []
     failures = []
@@ -120,6 +138,8 @@ def judge(scrapes, interval, faults, lease_duration, retry_period, requests=()):
     unprovoked = [h for h in handovers if h["fault"] is None]
     for h in unprovoked:
         failures.append(f"unprovoked hand-over {h['from']} -> {h['to']} at {h['first']:.2f} (no fault's window)")
+    graceful = [h["without_work"] for h in handovers
+                if h["fault"] is not None and faults[h["fault"]]["graceful"]]
     totals = {
         "scrapes": len(scrapes),
         "handovers": len(handovers),
@@ -129,6 +149,7 @@ def judge(scrapes, interval, faults, lease_duration, retry_period, requests=()):
         "requests": len(requests),
         "failed_requests": sum(1 for _, ok, _ in requests if not ok),
         "failed_requests_graceful": sum(r["failed_requests"] for r in results if r["graceful"]),
+        "graceful_without_work": {"median": median(graceful), "max": max(graceful, default=None)},
     }
     return {"faults": results, "handovers": handovers, "totals": totals, "failures": failures}
 
@@ -162,5 +183,10 @@ def table(verdicts, interval):
     line = lambda r: "| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |"
     out = [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += [line(r) for r in rows]
+    for workload, v in verdicts.items():
+        w = v["totals"]["graceful_without_work"]
+        if w["median"] is not None:
+            out.append(f"{workload}: time without cluster work per graceful hand-over (gap less one interval): "
+                       f"median {w['median']} s, max {w['max']} s")
     out.append(f"(interval {interval} s; duplicated intervals and unprovoked hand-overs fail the run)")
     return "\n".join(out)
