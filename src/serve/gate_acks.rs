@@ -28,11 +28,21 @@
 //! lag all the same. Silent gates say nothing either way; with none that
 //! can tell, or acknowledgements off, it is unknown.
 //!
-//! A term resumed by a restarted sidecar (`--state-dir`) never ends its
-//! gate lag early ([`GateAcks::resumed`]): the gates registered for it
-//! before the restart are unknown — one may have died or be backing off,
-//! its collector still running — and no registry kept on disk could be
-//! trusted to list them all (the record is written behind the election).
+//! A term resumed by a restarted sidecar (`--state-dir`) does not end its
+//! gate lag early ([`GateAcks::resumed`]) until the gates it cannot know
+//! hold nothing ([`GateAcks::unknown_gates_gone`]): those registered for
+//! it before the restart and not since — one may have died or be backing
+//! off, its collector still running — and no registry kept on disk could
+//! be trusted to list them all (the record is written behind the
+//! election). Such a gate hears nothing of the new process, so what it
+//! runs ends with the validity the old one gave it: by the old process's
+//! last stored write + the renew deadline (the very write the term resumed
+//! from: a later one would not have matched the Lease), it closes, and a
+//! gate lag later its collector stopped. From then on, the gates this
+//! process knows are all there are, and their acknowledgements count as
+//! for any term. A term resumed from a write long before its step-down (a
+//! sidecar OOM-killed or upgraded mid-term) thus hands over on its gates'
+//! word again, not after the whole gate lag.
 //!
 //! It counts, for `/metrics`, the gates whose last stream ended while this
 //! sidecar led ([`GateAcks::for_sidecar_counting`]): a gated container
@@ -55,6 +65,9 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
+
+/// Why a resumed term's release may wait the whole gate lag.
+pub const RESUMED_WHY: &str = "the term was resumed after a restart: the gates registered for it before and not since are unknown until the previous process's last validity and a gate lag have run out";
 
 /// The registry of one sidecar.
 pub struct GateAcks {
@@ -360,10 +373,30 @@ impl GateAcks {
     /// Term `term` is resumed from a previous process of this sidecar
     /// (`--state-dir`): whoever registered for it before the restart is
     /// unknown, so when it starts here nothing may end its release's gate
-    /// lag early. Call before the election runs.
+    /// lag early, until [`Self::unknown_gates_gone`]. Call before the
+    /// election runs.
     pub fn resumed(&self, term: &str) {
         let mut inner = self.inner.lock().expect("gate acks lock");
         inner.resumed = Some(term.to_owned());
+    }
+
+    /// The gates registered for resumed term `term` before the restart and
+    /// not since hold nothing of it (the previous process's last validity
+    /// and a gate lag ran out: see the module docs): from now on its
+    /// release may end on the acknowledgements of the gates this process
+    /// knows. Returns whether `term` was the resumed one.
+    pub fn unknown_gates_gone(&self, term: &str) -> bool {
+        let mut inner = self.inner.lock().expect("gate acks lock");
+        if inner.resumed.as_deref() != Some(term) {
+            return false;
+        }
+        inner.resumed = None;
+        if let Some(gates) = inner.term.as_mut().filter(|g| g.term == term) {
+            gates.resumed = false;
+        }
+        drop(inner);
+        self.changed.send_modify(|n| *n += 1);
+        true
     }
 
     /// The published state now says `leading` in `term`: call after it is
@@ -470,7 +503,7 @@ impl GateAcks {
         let mut inner = self.inner.lock().expect("gate acks lock");
         let gates = inner.term.as_mut().filter(|g| g.resumed && !g.said_why)?;
         gates.said_why = true;
-        Some("the term was resumed after a restart: gates registered before it are unknown")
+        Some(RESUMED_WHY)
     }
 
     /// Whether anything of the current term runs here, on every change:
@@ -694,7 +727,7 @@ mod tests {
     }
 
     #[test]
-    fn a_resumed_term_waits_its_whole_gate_lag_whoever_acknowledges() {
+    fn a_resumed_term_waits_its_gate_lag_until_the_gates_unknown_since_the_restart_hold_nothing() {
         let acks = GateAcks::new(8);
         acks.resumed("u/3");
         let _exec = acks.register("exec-1", false).unwrap();
@@ -707,11 +740,22 @@ mod tests {
         // restart may still run its collector.
         assert!(!acks.closed_now());
         assert!(acks.still_open().is_empty());
-        assert_eq!(
-            acks.whole_lag_reason(),
-            Some("the term was resumed after a restart: gates registered before it are unknown")
-        );
+        assert_eq!(acks.whole_lag_reason(), Some(RESUMED_WHY));
         assert_eq!(acks.whole_lag_reason(), None, "said once");
+        // Another term's word changes nothing.
+        assert!(!acks.unknown_gates_gone("u/2"));
+        assert!(!acks.closed_now());
+        // Once the gates it cannot know hold nothing, its own gates' word
+        // ends the release's wait, at once.
+        use std::future::Future as _;
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut waiting = Box::pin(acks.clone().all_closed());
+        assert!(waiting.as_mut().poll(&mut cx).is_pending());
+        assert!(acks.unknown_gates_gone("u/3"));
+        assert!(acks.closed_now());
+        assert!(waiting.as_mut().poll(&mut cx).is_ready(), "all_closed woke");
+        assert!(!acks.unknown_gates_gone("u/3"), "once");
         // A term this process started itself is judged as usual.
         acks.term_changed(Some("u/4"), true);
         acks.term_changed(Some("u/4"), false);

@@ -7,12 +7,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::clock::BootInstant;
 use crate::elector::driver::{self, Heartbeat, Inputs};
 use crate::elector::incarnation::{RecordWriter, StateDir};
 use crate::elector::lease::TermId;
@@ -178,8 +180,16 @@ impl LeaseStack {
             match election.resume(previous, driver::now()) {
                 Ok(()) => {
                     // Its gates registered before the restart are unknown:
-                    // if it starts, its release waits the whole gate lag.
+                    // if it starts, its release waits the whole gate lag,
+                    // until they hold nothing (gate_acks' module docs).
                     app.gate_acks.resumed(&term);
+                    tokio::spawn(unknown_gates_gone(
+                        app.gate_acks.clone(),
+                        term.clone(),
+                        previous.sent_boot(),
+                        config.renew_deadline,
+                        config.shutdown.gate_lag,
+                    ));
                     tracing::info!(lease = name, %term, "found the last write of this pod's previous process: its term resumes if the lease still shows that write")
                 }
                 Err(why) => {
@@ -288,5 +298,27 @@ async fn export_running(
                 }
             }
         }
+    }
+}
+
+/// Tells `acks` when the gates a restart made unknown hold nothing of
+/// resumed term `term`: the validity the previous process gave them ended
+/// at its last stored write (`sent`, on the boot clock, in whole
+/// milliseconds: one more for the rounding) + `renew_deadline`, and their
+/// collectors stopped a gate lag later.
+async fn unknown_gates_gone(
+    acks: Arc<GateAcks>,
+    term: String,
+    sent: BootInstant,
+    renew_deadline: Duration,
+    gate_lag: Duration,
+) {
+    let gone = sent.plus(renew_deadline + gate_lag + Duration::from_millis(1));
+    tokio::time::sleep(gone.remaining()).await;
+    if acks.unknown_gates_gone(&term) {
+        tracing::info!(
+            %term,
+            "the gates registered for the resumed term before the restart and not since hold nothing of it now: its release ends on its gates' acknowledgements again"
+        );
     }
 }

@@ -527,7 +527,7 @@ impl Driver {
             {
                 tracing::info!(
                     gate_lag_ms = gate_lag.as_millis() as u64,
-                    "the release waits the whole gate lag: {why}"
+                    "the release may wait the whole gate lag: {why}"
                 );
             }
             tokio::select! {
