@@ -63,6 +63,15 @@ def prometheus_config(recorder, interval):
     })
 
 
+# PHASE: Prometheus scrapes a target at an offset within the interval drawn
+# from a hash of the target, its own FQDN and its external labels
+# (scrape.Manager's jitter seed). Pods of one group given one hostname
+# (`spec.hostname`, which the pod's /etc/hosts resolves) and the same
+# external labels scrape at the same offset: the new leader's first scrape
+# comes where the old leader's next one would have, not anywhere within the
+# interval (docs/gates.md, Prometheus).
+
+
 def overlay(directory, manifests, namespace, images, recorder_ip, interval, standin):
     """Writes the kustomization into `directory` (manifests linked in)."""
     os.makedirs(directory, exist_ok=True)
@@ -100,6 +109,8 @@ def overlay(directory, manifests, namespace, images, recorder_ip, interval, stan
              "value": {"name": "tsdb", "mountPath": "/prometheus"}},
             {"op": "add", "path": "/spec/template/spec/volumes/-",
              "value": {"name": "tsdb", "emptyDir": {"sizeLimit": "256Mi"}}},
+            # One phase for every replica (PHASE below).
+            {"op": "add", "path": "/spec/template/spec/hostname", "value": "prometheus-exec"},
         ]),
     })
     patches.append({"patch": yaml.safe_dump({
@@ -242,6 +253,8 @@ def file_sd(docs, recorder, interval):
                          else f"{a.split('=')[0]}={status[a.split('=')[0]]}" if a.split("=")[0] in status
                          else a for a in c["args"]]
             assert all(any(a.startswith(k + "=") for a in c["args"]) for k in status), c["args"]
+    # One phase for every pod (PHASE below).
+    pod["hostname"] = "prometheus-file-sd"
     collector = pod["containers"][0]
     collector["args"] = ["--config.file=/etc/metricbeat/prometheus.yml",
                          "--storage.tsdb.path=/usr/share/metricbeat/data", "--web.listen-address=:9090",
