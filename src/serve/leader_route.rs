@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
 
 use crate::serve::app_state::AppState;
 use crate::serve::guards::no_such_lease;
@@ -16,20 +17,31 @@ use crate::serve::leader_body::write_leader_body;
 /// The body is written straight from the published state (no JSON value in
 /// between): this is the route a collector may poll in a tight loop.
 pub async fn leader(State(app): State<Arc<AppState>>) -> Response {
+    leader_now(&app)
+}
+
+/// `GET /leader`'s answer now: also the listener's shortcut (see
+/// [`crate::serve::routes::shortcut`]).
+pub fn leader_now(app: &AppState) -> Response {
     let mut body = Vec::with_capacity(320);
-    let leading = write_leader_body(&app, &app.state.borrow(), None, &mut body);
+    let leading = write_leader_body(app, &app.state.borrow(), None, &mut body);
     leader_response(leading, body)
 }
 
 /// The answer of a `/leader`, one Lease's or several's: the JSON `body`,
-/// with 200 when `leading`, 503 otherwise.
+/// with 200 when `leading`, 503 otherwise. Built as it is sent, one header
+/// written once (a tuple's `into_response` sets the body's own content
+/// type first and then replaces it).
 pub fn leader_response(leading: bool, body: Vec<u8>) -> Response {
-    let status = if leading {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    let mut response = Response::new(Body::from(body));
+    if !leading {
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    }
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// `/leader/{lease}` beside a Lease alone: its `/leader` when named, so a

@@ -18,12 +18,15 @@
 use std::sync::Arc;
 
 use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request};
 use axum::routing::{get, post};
 
 use crate::serve::ack_route;
 use crate::serve::admin_routes::{healthz, metrics, readyz};
 use crate::serve::app_state::AppState;
-use crate::serve::leader_route::{leader, named_leader};
+use crate::serve::leader_route::{leader, leader_now, named_leader};
+use crate::serve::server::Shortcut;
 use crate::serve::sse_route;
 use crate::serve::step_down;
 
@@ -44,6 +47,21 @@ pub fn admin_router(apps: &[AppState]) -> Router {
         [app] => lease_admin_router(app.clone()),
         _ => several::admin_router(apps.iter().cloned().map(lease_admin_router).collect(), apps),
     }
+}
+
+/// `GET /leader` beside a Lease alone, answered before the router: the
+/// route a collector may poll in a tight loop (the same answer as the
+/// router's, `leader_now`; HEAD and every other request go through the
+/// router).
+pub fn shortcut(apps: &[AppState]) -> Option<Shortcut> {
+    let [app] = apps else {
+        return None;
+    };
+    let app = app.clone();
+    Some(Arc::new(move |request: &Request<Body>| {
+        (request.method() == Method::GET && request.uri().path() == "/leader")
+            .then(|| leader_now(&app))
+    }))
 }
 
 /// One Lease's gate routes: `/leader`, `/events`, `/gates/{gate}/closed`,
@@ -332,6 +350,77 @@ mod tests {
         assert_eq!(body["leading"], false);
         assert_eq!(body["valid_for_ms"], 0);
         assert_eq!(body["term"], serde_json::Value::Null);
+    }
+
+    /// The shortcut answers `GET /leader` as the router does (status,
+    /// headers, body but for the time left), and only that.
+    #[tokio::test]
+    async fn the_shortcut_answers_get_leader_as_the_router_does_and_nothing_else() {
+        let request = |method: &str, path: &str| {
+            Request::builder()
+                .method(method)
+                .uri(path)
+                .body(Body::empty())
+                .unwrap()
+        };
+        // Content-Length aside: the router writes it, the server (hyper)
+        // writes it from the body's exact size, which the shortcut's has.
+        async fn parts(
+            mut response: axum::response::Response,
+        ) -> (StatusCode, String, serde_json::Value) {
+            use hyper::body::Body as _;
+            let status = response.status();
+            let length = response.headers_mut().remove(header::CONTENT_LENGTH);
+            let headers = format!("{:?}", response.headers());
+            let exact = response.body().size_hint().exact();
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            assert_eq!(exact, Some(bytes.len() as u64));
+            if let Some(length) = length {
+                assert_eq!(length.to_str().unwrap(), bytes.len().to_string());
+            }
+            let mut json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            json["valid_for_ms"] = json["valid_for_ms"].as_u64().map(|ms| ms / 1000).into();
+            (status, headers, json)
+        }
+        for state in [
+            leading(BootInstant::after(Duration::from_secs(10))),
+            LeaderState {
+                valid_until: None,
+                ..leading(BootInstant::after(Duration::ZERO))
+            },
+        ] {
+            let apps = [app(state)];
+            let shortcut = shortcut(&apps).expect("a Lease alone has one");
+            let fast = shortcut(&request("GET", "/leader?x=1")).expect("taken");
+            let routed = lease_gate_router(apps[0].clone())
+                .oneshot(request("GET", "/leader?x=1"))
+                .await
+                .unwrap();
+            let (fast, routed) = (parts(fast).await, parts(routed).await);
+            assert_eq!(fast, routed);
+            assert!(fast.1.contains("application/json"), "{fast:?}");
+            for (method, path) in [
+                ("HEAD", "/leader"),
+                ("POST", "/leader"),
+                ("GET", "/leader/demo"),
+                ("GET", "/events"),
+            ] {
+                assert!(
+                    shortcut(&request(method, path)).is_none(),
+                    "{method} {path}"
+                );
+            }
+        }
+        let two = [
+            app(leading(BootInstant::after(Duration::from_secs(10)))),
+            app(leading(BootInstant::after(Duration::from_secs(10)))),
+        ];
+        assert!(
+            shortcut(&two).is_none(),
+            "several Leases: the router's /leader"
+        );
     }
 
     #[tokio::test]

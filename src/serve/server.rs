@@ -165,21 +165,44 @@ impl Listener {
     }
 }
 
-/// Serves `router` on `listener` until `shutdown`, then lets open requests
+/// A request answered before the router, or handed back (`None`): the
+/// one route a collector may poll in a tight loop skips the router's
+/// matching, extractors and response mapping (see
+/// [`crate::serve::routes::shortcut`]). The answer is treated as the
+/// router's would be (its turn, the connection busy while it is sent).
+pub type Shortcut = Arc<dyn Fn(&Request<Body>) -> Option<Response> + Send + Sync>;
+
+/// What a listener serves: its router, and a shortcut taken first.
+#[derive(Clone)]
+pub struct Routes {
+    pub router: Router,
+    pub shortcut: Option<Shortcut>,
+}
+
+impl From<Router> for Routes {
+    fn from(router: Router) -> Self {
+        Self {
+            router,
+            shortcut: None,
+        }
+    }
+}
+
+/// Serves `routes` on `listener` until `shutdown`, then lets open requests
 /// finish (event streams end on the same token).
 pub fn serve(
     listener: impl Into<Listener>,
-    router: Router,
+    routes: impl Into<Routes>,
     shutdown: CancellationToken,
     limits: Limits,
 ) -> impl Future<Output = io::Result<()>> + Send {
     // One future type for both kinds of listener (see [`Stream`]).
-    serve_listener(listener.into(), router, shutdown, limits)
+    serve_listener(listener.into(), routes.into(), shutdown, limits)
 }
 
 async fn serve_listener(
     listener: Listener,
-    router: Router,
+    routes: Routes,
     shutdown: CancellationToken,
     limits: Limits,
 ) -> io::Result<()> {
@@ -193,7 +216,8 @@ async fn serve_listener(
         .max_buf_size(limits.max_header_bytes.max(8192));
     let listener_state = Arc::new(Shared {
         http,
-        router,
+        router: routes.router,
+        shortcut: routes.shortcut,
         handlers: Arc::new(Semaphore::new(HANDLERS)),
         table: Table::default(),
         limits,
@@ -250,6 +274,7 @@ fn limit_send_buffer(stream: &impl AsRawFd) {
 struct Shared {
     http: hyper::server::conn::http1::Builder,
     router: Router,
+    shortcut: Option<Shortcut>,
     handlers: Arc<Semaphore>,
     table: Table,
     limits: Limits,
@@ -267,6 +292,7 @@ async fn connection(
 ) {
     let (limits, table) = (shared.limits, &shared.table);
     let (router, handlers) = (shared.router.clone(), shared.handlers.clone());
+    let shortcut = shared.shortcut.clone();
     // Until the first byte, a connection costs a socket and this small
     // task, not hyper's buffers. A peek, not readiness: a freshly accepted
     // socket can be reported readable before any byte has come (the idle
@@ -288,6 +314,7 @@ async fn connection(
     let first = std::cell::Cell::new(true);
     let service = hyper::service::service_fn(move |request: Request<Incoming>| -> Answer {
         let (router, busy_slot) = (router.clone(), busy_slot.clone());
+        let shortcut = shortcut.clone();
         let handlers = (!first.replace(false)).then(|| handlers.clone());
         Box::pin(async move {
             // Idle (evictable) while a body it announced is read: no route
@@ -319,7 +346,10 @@ async fn connection(
                 }
                 None => (busy, None),
             };
-            let response = router.oneshot(request).await?;
+            let response = match shortcut.as_ref().and_then(|answer| answer(&request)) {
+                Some(response) => response,
+                None => router.oneshot(request).await?,
+            };
             drop(permit);
             Ok(response.map(|body| Body::new(Tracked { body, _busy: busy })))
         })

@@ -26,7 +26,7 @@ use crate::serve::lease_stack::{LeaseStack, Process};
 use crate::serve::metrics::MetricsRegistry;
 use crate::serve::published::LeaderState;
 use crate::serve::routes;
-use crate::serve::server::{self, Limits};
+use crate::serve::server::{self, Limits, Routes};
 use crate::serve::spreading;
 
 /// Binds the listener of `flag`, or says why not (and, for a port in use,
@@ -169,18 +169,24 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     let apps: Vec<AppState> = leases.iter().map(|lease| lease.app.clone()).collect();
 
     spawn_heap_trim();
-    let gate_router =
-        routes::gate_router(&apps).layer(Extension(Arc::new(config.gate_channel.clone())));
+    let gate_routes = Routes {
+        router: routes::gate_router(&apps).layer(Extension(Arc::new(config.gate_channel.clone()))),
+        shortcut: routes::shortcut(&apps),
+    };
+    let admin_routes = Routes {
+        router: routes::admin_router(&apps),
+        shortcut: routes::shortcut(&apps),
+    };
     let mut servers = vec![
         tokio::spawn(server::serve(
             gate,
-            gate_router.clone(),
+            gate_routes.clone(),
             stop_serving.clone(),
             Limits::for_gate(config.max_subscribers),
         )),
         tokio::spawn(server::serve(
             admin,
-            routes::admin_router(&apps),
+            admin_routes,
             stop_serving.clone(),
             Limits::default(),
         )),
@@ -189,7 +195,7 @@ pub async fn run(config: ServeConfig) -> ExitCode {
     if let Some(socket) = gate_socket {
         servers.push(tokio::spawn(server::serve(
             socket,
-            gate_router,
+            gate_routes,
             stop_serving.clone(),
             Limits::for_gate(config.max_subscribers),
         )));
