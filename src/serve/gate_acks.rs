@@ -29,7 +29,8 @@
 //! can tell, or acknowledgements off, it is unknown.
 //!
 //! A term resumed by a restarted sidecar (`--state-dir`) does not end its
-//! gate lag early ([`GateAcks::resumed`]) until the gates it cannot know
+//! gate lag early ([`GateAcks::resumed`]), and its release waits at least
+//! ([`GateAcks::release_not_before`]), until the gates it cannot know
 //! hold nothing ([`GateAcks::unknown_gates_gone`]): those registered for
 //! it before the restart and not since — one may have died or be backing
 //! off, its collector still running — and no registry kept on disk could
@@ -66,8 +67,8 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 
-/// Why a resumed term's release may wait the whole gate lag.
-pub const RESUMED_WHY: &str = "the term was resumed after a restart: the gates registered for it before and not since are unknown until the previous process's last validity and a gate lag have run out";
+/// Why a resumed term's release waits at least the whole gate lag.
+pub const RESUMED_WHY: &str = "the term was resumed after a restart: the gates registered for it before and not since may run it until the previous process's last validity and a gate lag have run out";
 
 /// The registry of one sidecar.
 pub struct GateAcks {
@@ -107,8 +108,9 @@ struct Inner {
     gone_since: HashMap<Arc<str>, std::time::Instant>,
     /// The current term, or the last one.
     term: Option<TermGates>,
-    /// The term resumed from a previous process of this sidecar, if any.
-    resumed: Option<String>,
+    /// The term resumed from a previous process of this sidecar, if any,
+    /// and when the gates unknown since the restart hold nothing of it.
+    resumed: Option<(String, std::time::Instant)>,
     /// A gate acknowledged a term here once (so it is one that can tell,
     /// not a passing subscriber): the absence of every gate says that
     /// nothing runs.
@@ -128,8 +130,9 @@ struct TermGates {
     /// end its release's gate lag early.
     forgot: bool,
     /// The term was resumed after a restart of the sidecar: the gates
-    /// registered for it before are unknown, so likewise.
-    resumed: bool,
+    /// registered for it before are unknown until this instant, so
+    /// likewise, and its release waits at least until then.
+    resumed: Option<std::time::Instant>,
     /// Why its release waits the whole gate lag was said.
     said_why: bool,
 }
@@ -372,12 +375,23 @@ impl GateAcks {
 
     /// Term `term` is resumed from a previous process of this sidecar
     /// (`--state-dir`): whoever registered for it before the restart is
-    /// unknown, so when it starts here nothing may end its release's gate
-    /// lag early, until [`Self::unknown_gates_gone`]. Call before the
-    /// election runs.
-    pub fn resumed(&self, term: &str) {
+    /// unknown until `unknown_gone_at` (see the module docs), so when it
+    /// starts here nothing may end its release's gate lag early, and its
+    /// release waits until then at least ([`Self::release_not_before`]),
+    /// until [`Self::unknown_gates_gone`]. Call before the election runs.
+    pub fn resumed(&self, term: &str, unknown_gone_at: std::time::Instant) {
         let mut inner = self.inner.lock().expect("gate acks lock");
-        inner.resumed = Some(term.to_owned());
+        inner.resumed = Some((term.to_owned(), unknown_gone_at));
+    }
+
+    /// The last term's release may not go out before this instant, whatever
+    /// its gates say: a resumed term's, while gates registered before the
+    /// restart may still run it (they lost the stream that would tell them
+    /// it ended, and stop only when the old process's validity runs out);
+    /// `None` otherwise.
+    pub fn release_not_before(&self) -> Option<std::time::Instant> {
+        let inner = self.inner.lock().expect("gate acks lock");
+        inner.term.as_ref()?.resumed
     }
 
     /// The gates registered for resumed term `term` before the restart and
@@ -387,12 +401,12 @@ impl GateAcks {
     /// knows. Returns whether `term` was the resumed one.
     pub fn unknown_gates_gone(&self, term: &str) -> bool {
         let mut inner = self.inner.lock().expect("gate acks lock");
-        if inner.resumed.as_deref() != Some(term) {
+        if inner.resumed.as_ref().map(|(resumed, _)| resumed.as_str()) != Some(term) {
             return false;
         }
         inner.resumed = None;
         if let Some(gates) = inner.term.as_mut().filter(|g| g.term == term) {
-            gates.resumed = false;
+            gates.resumed = None;
         }
         drop(inner);
         self.changed.send_modify(|n| *n += 1);
@@ -413,7 +427,11 @@ impl GateAcks {
                 .cloned()
                 .partition(|id| inner.silent.contains(id));
             let term = term.unwrap_or_default().to_owned();
-            let resumed = inner.resumed.as_ref() == Some(&term);
+            let resumed = inner
+                .resumed
+                .as_ref()
+                .filter(|(resumed, _)| *resumed == term)
+                .map(|(_, at)| *at);
             inner.term = Some(TermGates {
                 term,
                 leading: true,
@@ -476,7 +494,7 @@ impl GateAcks {
         inner.term.as_ref().is_some_and(|g| {
             !g.leading
                 && !g.forgot
-                && !g.resumed
+                && g.resumed.is_none()
                 && g.open.is_empty()
                 && g.silent.is_empty()
                 && !g.closed.is_empty()
@@ -501,7 +519,10 @@ impl GateAcks {
     /// after that), for the release to say it.
     pub fn whole_lag_reason(&self) -> Option<&'static str> {
         let mut inner = self.inner.lock().expect("gate acks lock");
-        let gates = inner.term.as_mut().filter(|g| g.resumed && !g.said_why)?;
+        let gates = inner
+            .term
+            .as_mut()
+            .filter(|g| g.resumed.is_some() && !g.said_why)?;
         gates.said_why = true;
         Some(RESUMED_WHY)
     }
@@ -729,7 +750,8 @@ mod tests {
     #[test]
     fn a_resumed_term_waits_its_gate_lag_until_the_gates_unknown_since_the_restart_hold_nothing() {
         let acks = GateAcks::new(8);
-        acks.resumed("u/3");
+        let gone_at = std::time::Instant::now() + Duration::from_secs(3600);
+        acks.resumed("u/3", gone_at);
         let _exec = acks.register("exec-1", false).unwrap();
         acks.term_changed(Some("u/3"), true);
         let _late = acks.register("file-gate-1", false).unwrap();
@@ -741,6 +763,8 @@ mod tests {
         assert!(!acks.closed_now());
         assert!(acks.still_open().is_empty());
         assert_eq!(acks.whole_lag_reason(), Some(RESUMED_WHY));
+        // Its release waits for the gates it cannot know, at least.
+        assert_eq!(acks.release_not_before(), Some(gone_at));
         assert_eq!(acks.whole_lag_reason(), None, "said once");
         // Another term's word changes nothing.
         assert!(!acks.unknown_gates_gone("u/2"));
@@ -756,6 +780,7 @@ mod tests {
         assert!(acks.closed_now());
         assert!(waiting.as_mut().poll(&mut cx).is_ready(), "all_closed woke");
         assert!(!acks.unknown_gates_gone("u/3"), "once");
+        assert_eq!(acks.release_not_before(), None);
         // A term this process started itself is judged as usual.
         acks.term_changed(Some("u/4"), true);
         acks.term_changed(Some("u/4"), false);

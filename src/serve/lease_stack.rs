@@ -179,16 +179,20 @@ impl LeaseStack {
             let term = TermId::new(Some(&previous.uid), previous.transitions).to_string();
             match election.resume(previous, driver::now()) {
                 Ok(()) => {
-                    // Its gates registered before the restart are unknown:
-                    // if it starts, its release waits the whole gate lag,
-                    // until they hold nothing (gate_acks' module docs).
-                    app.gate_acks.resumed(&term);
-                    tokio::spawn(unknown_gates_gone(
-                        app.gate_acks.clone(),
-                        term.clone(),
+                    // Its gates registered before the restart are unknown
+                    // until they hold nothing (gate_acks' module docs): if
+                    // it starts, its release waits until then at least.
+                    let gone_in = unknown_gates_gone_in(
                         previous.sent_boot(),
                         config.renew_deadline,
                         config.shutdown.gate_lag,
+                    );
+                    app.gate_acks
+                        .resumed(&term, std::time::Instant::now() + gone_in);
+                    tokio::spawn(unknown_gates_gone(
+                        app.gate_acks.clone(),
+                        term.clone(),
+                        gone_in,
                     ));
                     tracing::info!(lease = name, %term, "found the last write of this pod's previous process: its term resumes if the lease still shows that write")
                 }
@@ -301,20 +305,24 @@ async fn export_running(
     }
 }
 
-/// Tells `acks` when the gates a restart made unknown hold nothing of
-/// resumed term `term`: the validity the previous process gave them ended
+/// How long from now until the gates a restart made unknown hold nothing
+/// of the resumed term: the validity the previous process gave them ended
 /// at its last stored write (`sent`, on the boot clock, in whole
 /// milliseconds: one more for the rounding) + `renew_deadline`, and their
 /// collectors stopped a gate lag later.
-async fn unknown_gates_gone(
-    acks: Arc<GateAcks>,
-    term: String,
+fn unknown_gates_gone_in(
     sent: BootInstant,
     renew_deadline: Duration,
     gate_lag: Duration,
-) {
-    let gone = sent.plus(renew_deadline + gate_lag + Duration::from_millis(1));
-    tokio::time::sleep(gone.remaining()).await;
+) -> Duration {
+    sent.plus(renew_deadline + gate_lag + Duration::from_millis(1))
+        .remaining()
+}
+
+/// Tells `acks`, `gone_in` from now, that the gates a restart made unknown
+/// hold nothing of resumed term `term`.
+async fn unknown_gates_gone(acks: Arc<GateAcks>, term: String, gone_in: Duration) {
+    tokio::time::sleep(gone_in).await;
     if acks.unknown_gates_gone(&term) {
         tracing::info!(
             %term,

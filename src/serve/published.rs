@@ -276,6 +276,10 @@ impl Outlet for Publisher {
         self.gate_acks.as_ref()?.whole_lag_reason()
     }
 
+    fn release_not_before(&self) -> Option<std::time::Instant> {
+        self.gate_acks.as_ref()?.release_not_before()
+    }
+
     fn resumable(&self, write: Option<&Recorded>) {
         // Handed to the writer's thread: the election never waits on the
         // disk, and the thread says (once) when it cannot write.

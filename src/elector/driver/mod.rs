@@ -94,6 +94,14 @@ pub trait Outlet: Send + Sync + 'static {
     fn whole_gate_lag_reason(&self) -> Option<&'static str> {
         None
     }
+
+    /// The release of the term that just ended may not go out before this
+    /// instant, whatever its gates say (a term resumed after a restart,
+    /// while gates of the previous process may still run it); `None`:
+    /// only the gate lag or the gates' word.
+    fn release_not_before(&self) -> Option<std::time::Instant> {
+        None
+    }
 }
 
 /// Liveness of the election task: it beats on every turn of its loop (at
@@ -517,7 +525,10 @@ impl Driver {
         let Some(stepped_down) = self.stepped_down_at else {
             return Box::pin(std::future::ready(()));
         };
-        let lag_over = stepped_down + self.gate_lag;
+        let mut lag_over = stepped_down + self.gate_lag;
+        if let Some(at) = self.publisher.release_not_before() {
+            lag_over = lag_over.max(Instant::from_std(at));
+        }
         let acknowledged = self.publisher.gates_closed();
         let publisher = self.publisher.clone();
         let gate_lag = self.gate_lag;
@@ -527,7 +538,7 @@ impl Driver {
             {
                 tracing::info!(
                     gate_lag_ms = gate_lag.as_millis() as u64,
-                    "the release may wait the whole gate lag: {why}"
+                    "the release waits at least the whole gate lag: {why}"
                 );
             }
             tokio::select! {

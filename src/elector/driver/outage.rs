@@ -233,6 +233,10 @@ impl Outlet for Tally {
     fn whole_gate_lag_reason(&self) -> Option<&'static str> {
         self.outlet.whole_gate_lag_reason()
     }
+
+    fn release_not_before(&self) -> Option<std::time::Instant> {
+        self.outlet.release_not_before()
+    }
 }
 
 #[cfg(test)]

@@ -104,8 +104,9 @@ struct Gate {
     running: BTreeSet<u64>,
     /// The last term it read about.
     seen: Option<u64>,
-    /// Registered with the sidecar's current process (since its last kill).
-    known: bool,
+    /// The terms it read leading from the sidecar's current process (since
+    /// its last kill): validity for them came from this process.
+    fresh: BTreeSet<u64>,
 }
 
 struct World {
@@ -144,7 +145,7 @@ impl World {
                     registration: None,
                     running: BTreeSet::new(),
                     seen: None,
-                    known: false,
+                    fresh: BTreeSet::new(),
                 })
                 .collect(),
             term: None,
@@ -180,10 +181,10 @@ impl World {
                 // registry relies on); a gate refused opens nothing.
                 if let Ok(registration) = self.acks.register(&gate.id, gate.silent) {
                     gate.registration = Some(registration);
-                    gate.known = true;
                     gate.seen = term.map(|(n, _)| n).or(gate.seen);
                     if let Some(n) = leading {
                         gate.running.insert(n);
+                        gate.fresh.insert(n);
                     }
                 }
             }
@@ -210,6 +211,7 @@ impl World {
                 self.acks.term_changed(Some(&term_id(n)), true);
                 for gate in self.gates.iter_mut().filter(|g| g.registration.is_some()) {
                     gate.running.insert(n);
+                    gate.fresh.insert(n);
                     gate.seen = Some(n);
                 }
             }
@@ -235,7 +237,7 @@ impl World {
             Op::Kill { resume } => {
                 for gate in &mut self.gates {
                     gate.registration = None;
-                    gate.known = false;
+                    gate.fresh.clear();
                 }
                 self.acks = registry();
                 self.resumed = None;
@@ -245,7 +247,9 @@ impl World {
                         // Told before the election runs, then it leads.
                         self.resumed = Some(n);
                         self.resumed_term = Some(n);
-                        self.acks.resumed(&term_id(n));
+                        // Its own time is OldValidityRunsOut's.
+                        let far = std::time::Instant::now() + Duration::from_secs(3600);
+                        self.acks.resumed(&term_id(n), far);
                         self.acks.term_changed(Some(&term_id(n)), true);
                     }
                     _ => {
@@ -258,12 +262,16 @@ impl World {
                 }
             }
             Op::OldValidityRunsOut => {
-                // Unknown to this process: its validity came from an
-                // earlier one, and ran out.
-                for gate in self.gates.iter_mut().filter(|g| !g.known) {
-                    gate.running.clear();
-                }
+                // The resumed term and those before it, where a gate never
+                // read them leading from this process: its validity for
+                // them came from an earlier one, and ran out (also a gate
+                // that came back after the step-down: it read the term
+                // over, got no validity for it, and is not waited for).
                 if let Some(n) = self.resumed.take() {
+                    for gate in &mut self.gates {
+                        let fresh = &gate.fresh;
+                        gate.running.retain(|t| *t > n || fresh.contains(t));
+                    }
                     self.acks.unknown_gates_gone(&term_id(n));
                 }
             }
