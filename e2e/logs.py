@@ -7,22 +7,29 @@ followed again, its lines appended after a line naming the restart."""
 
 import os
 import subprocess
+import threading
 
 
 class PodLogs:
     def __init__(self, cluster, out):
         self.cluster, self.dir = cluster, os.path.join(out, "logs")
         os.makedirs(self.dir, exist_ok=True)
-        self.followed = {}   # (pod, container, restart count) -> kubectl logs -f
+        self.followed = {}   # (pod uid, container, restart count) -> kubectl logs -f
+        self.lock, self.stopped = threading.Lock(), False
 
     def poll(self, items):
         """One look at the namespace's pods (`kubectl get pods` items)."""
+        with self.lock:
+            if not self.stopped:
+                self._poll(items)
+
+    def _poll(self, items):
         for proc in self.followed.values():
             proc.poll()   # reaps those whose container ended
         for p in items:
             pod = p["metadata"]["name"]
             for c in p["status"].get("initContainerStatuses", []) + p["status"].get("containerStatuses", []):
-                key = (pod, c["name"], c.get("restartCount", 0))
+                key = (p["metadata"]["uid"], c["name"], c.get("restartCount", 0))
                 state = c.get("state", {})
                 if key in self.followed or not ("running" in state or "terminated" in state):
                     continue
@@ -36,6 +43,8 @@ class PodLogs:
                         stdout=log, stderr=subprocess.STDOUT, env=self.cluster.env)
 
     def stop(self):
-        for proc in self.followed.values():
-            if proc.poll() is None:
-                proc.terminate()
+        with self.lock:
+            self.stopped = True
+            for proc in self.followed.values():
+                if proc.poll() is None:
+                    proc.terminate()

@@ -42,11 +42,14 @@ class Record:
         while not self.stop.is_set():
             try:
                 items = self.cluster.json("get", "pods")["items"]
-                if on_pods:
-                    on_pods(items)
                 ips = {p["status"]["podIP"]: p["metadata"]["name"] for p in items if p["status"].get("podIP")}
                 with self.lock:
                     self.snapshots.append((time.time(), ips))
+                if on_pods:
+                    try:
+                        on_pods(items)
+                    except OSError:
+                        pass   # a log not followed costs no verdict
                 for p in items:
                     name, ip = p["metadata"]["name"], p["status"].get("podIP")
                     # A restarted container is a new process, with a start

@@ -173,7 +173,9 @@ def graph(src=SRC):
         for m in re.finditer(r"\b((?:crate|super|self|leader_gate)(?:::\w+)+)", text):
             paths.append(in_file(m.group(1), m.start(), nesting))
         for m in re.finditer(r"(?<![:\w])(\w+)::\w+", text):
-            if m.group(1) in children.get(mod, ()) and not any(a <= m.start() < b for a, b in nesting):
+            # Inside an inline module too: `use super::*` brings the
+            # file's children into its scope.
+            if m.group(1) in children.get(mod, ()):
                 paths.append(m.group(0))
         for p in paths:
             if p is None:
