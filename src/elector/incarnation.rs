@@ -15,6 +15,11 @@
 //! - **the content**: identity, Lease namespace and name must be this
 //!   process's; the Lease must still show the recorded write exactly (uid,
 //!   `renewTime`, writer mark), which the election checks.
+//! - **the timing**: the renew deadline and gate lag the record was written
+//!   under must be this process's ([`Timing`]). The resumed write's
+//!   validity, and the end of what the previous process's gates may still
+//!   run, are counted from them: a restart into a new image or new flags
+//!   with a shorter one would count either short.
 //!
 //! The file is replaced by a rename (a reader sees the old record or the new
 //! one, never a torn one), without fsync: it needs to outlive a process, not
@@ -40,7 +45,8 @@ use serde::{Deserialize, Serialize};
 use crate::clock::{BootInstant, boot_clock_id};
 
 const LOCK: &str = "lock";
-const FORMAT: u32 = 1;
+/// 2: with the [`Timing`] (1 had none: not resumed, once, after an upgrade).
+const FORMAT: u32 = 2;
 
 /// One write of ours that the API server stored, as recorded.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,11 +72,25 @@ impl Recorded {
     }
 }
 
-/// The file's content: the record and the boot clock it was made on.
+/// The timing a term is judged under, by the process that leads it: a
+/// record counts only for a process with the same. Either one shorter than
+/// the previous process's would be unsafe (the resumed write's validity, or
+/// the unknown gates' end, counted short), and a longer renew deadline
+/// would trust the write beyond what the previous process's margins cover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    pub renew_deadline: Duration,
+    pub gate_lag: Duration,
+}
+
+/// The file's content: the record, the boot clock it was made on and the
+/// timing it was judged under.
 #[derive(Serialize, Deserialize)]
-struct File1 {
+struct File2 {
     format: u32,
     boot_clock: String,
+    renew_deadline_ms: u64,
+    gate_lag_ms: u64,
     #[serde(flatten)]
     write: Recorded,
 }
@@ -90,13 +110,19 @@ pub enum StateDirError {
 #[derive(Debug)]
 pub struct StateDir {
     file: PathBuf,
+    timing: Timing,
     _lock: File,
 }
 
 impl StateDir {
     /// Locks `dir` (creating it and its lock file if needed) for the record
-    /// of Lease `namespace/lease`.
-    pub fn open(dir: &Path, namespace: &str, lease: &str) -> Result<Self, StateDirError> {
+    /// of Lease `namespace/lease`, led under `timing`.
+    pub fn open(
+        dir: &Path,
+        namespace: &str,
+        lease: &str,
+        timing: Timing,
+    ) -> Result<Self, StateDirError> {
         let open_error = |source| StateDirError::Open {
             path: dir.to_path_buf(),
             source,
@@ -121,6 +147,7 @@ impl StateDir {
         }
         Ok(Self {
             file: dir.join(format!("term-{namespace}.{lease}.json")),
+            timing,
             _lock: lock,
         })
     }
@@ -136,7 +163,7 @@ impl StateDir {
                 return None;
             }
         };
-        let found: File1 = match serde_json::from_str(&text) {
+        let found: File2 = match serde_json::from_str(&text) {
             Ok(found) => found,
             Err(error) => {
                 tracing::warn!(file = %self.file.display(), %error, "the state file is unreadable; not resuming");
@@ -149,6 +176,16 @@ impl StateDir {
             Some(
                 "it was written on another boot clock (the node rebooted, or another time namespace)",
             )
+        } else if (found.renew_deadline_ms, found.gate_lag_ms) != millis(self.timing) {
+            tracing::info!(
+                file = %self.file.display(),
+                recorded_renew_deadline_ms = found.renew_deadline_ms,
+                recorded_gate_lag_ms = found.gate_lag_ms,
+                renew_deadline_ms = millis(self.timing).0,
+                gate_lag_ms = millis(self.timing).1,
+                "not resuming from the state file: it was written under another --renew-deadline or --gate-lag"
+            );
+            return None;
         } else if found.write.identity != identity
             || found.write.namespace != namespace
             || found.write.lease != lease
@@ -169,9 +206,12 @@ impl StateDir {
         let Some(boot_clock) = boot_clock_id() else {
             return Ok(()); // no boot clock to prove anything on
         };
-        let content = File1 {
+        let (renew_deadline_ms, gate_lag_ms) = millis(self.timing);
+        let content = File2 {
             format: FORMAT,
             boot_clock: boot_clock.to_owned(),
+            renew_deadline_ms,
+            gate_lag_ms,
             write: write.clone(),
         };
         let temporary = self.file.with_extension("json.tmp");
@@ -188,6 +228,12 @@ impl StateDir {
             _ => Ok(()),
         }
     }
+}
+
+/// `timing` in whole milliseconds, as recorded.
+fn millis(timing: Timing) -> (u64, u64) {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    (ms(timing.renew_deadline), ms(timing.gate_lag))
 }
 
 /// Where the writer thread puts what it is given: a record, or its removal.
@@ -333,6 +379,11 @@ mod tests {
         }
     }
 
+    const TIMING: Timing = Timing {
+        renew_deadline: Duration::from_secs(10),
+        gate_lag: Duration::from_secs(12),
+    };
+
     fn dir(name: &str) -> PathBuf {
         let dir =
             std::env::temp_dir().join(format!("leader-gate-state-{name}-{}", std::process::id()));
@@ -343,11 +394,11 @@ mod tests {
     #[test]
     fn a_recorded_write_is_read_back_by_the_next_process_of_the_same_identity() {
         let dir = dir("roundtrip");
-        let state = StateDir::open(&dir, "monitoring", "metrics").unwrap();
+        let state = StateDir::open(&dir, "monitoring", "metrics", TIMING).unwrap();
         assert_eq!(state.previous("pod-0", "monitoring", "metrics"), None);
         state.record(&write()).unwrap();
         drop(state); // the process ends: the lock goes with it
-        let state = StateDir::open(&dir, "monitoring", "metrics").unwrap();
+        let state = StateDir::open(&dir, "monitoring", "metrics", TIMING).unwrap();
         assert_eq!(
             state.previous("pod-0", "monitoring", "metrics"),
             Some(write())
@@ -369,11 +420,11 @@ mod tests {
     #[test]
     fn a_directory_in_use_by_a_live_process_is_refused() {
         let dir = dir("in-use");
-        let held = StateDir::open(&dir, "monitoring", "metrics").unwrap();
-        let error = StateDir::open(&dir, "monitoring", "metrics").unwrap_err();
+        let held = StateDir::open(&dir, "monitoring", "metrics", TIMING).unwrap();
+        let error = StateDir::open(&dir, "monitoring", "metrics", TIMING).unwrap_err();
         assert!(matches!(error, StateDirError::InUse(_)), "{error}");
         drop(held);
-        StateDir::open(&dir, "monitoring", "metrics").expect("free again");
+        StateDir::open(&dir, "monitoring", "metrics", TIMING).expect("free again");
     }
 
     /// A disk that takes each operation only when the test says so: what
@@ -520,7 +571,7 @@ mod tests {
     #[test]
     fn a_torn_or_foreign_record_is_ignored() {
         let dir = dir("torn");
-        let state = StateDir::open(&dir, "monitoring", "metrics").unwrap();
+        let state = StateDir::open(&dir, "monitoring", "metrics", TIMING).unwrap();
         state.record(&write()).unwrap();
         let text = std::fs::read_to_string(&state.file).unwrap();
         std::fs::write(&state.file, &text[..text.len() / 2]).unwrap();
@@ -536,5 +587,47 @@ mod tests {
             None,
             "another boot"
         );
+    }
+
+    #[test]
+    fn a_record_written_under_other_timing_is_not_resumed() {
+        let dir = dir("timing");
+        let state = StateDir::open(&dir, "monitoring", "metrics", TIMING).unwrap();
+        state.record(&write()).unwrap();
+        drop(state);
+        let others = [
+            Timing {
+                renew_deadline: Duration::from_secs(5),
+                ..TIMING
+            },
+            Timing {
+                gate_lag: Duration::from_secs(4),
+                ..TIMING
+            },
+            Timing {
+                renew_deadline: Duration::from_secs(12),
+                ..TIMING
+            },
+        ];
+        for timing in others {
+            let state = StateDir::open(&dir, "monitoring", "metrics", timing).unwrap();
+            assert_eq!(
+                state.previous("pod-0", "monitoring", "metrics"),
+                None,
+                "{timing:?}"
+            );
+        }
+        let state = StateDir::open(&dir, "monitoring", "metrics", TIMING).unwrap();
+        assert_eq!(
+            state.previous("pod-0", "monitoring", "metrics"),
+            Some(write()),
+            "the same timing"
+        );
+        // A record of format 1 (no timing) is not resumed either.
+        let text = std::fs::read_to_string(&state.file).unwrap();
+        let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+        old["format"] = 1.into();
+        std::fs::write(&state.file, old.to_string()).unwrap();
+        assert_eq!(state.previous("pod-0", "monitoring", "metrics"), None);
     }
 }

@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use crate::clock::BootInstant;
 use crate::elector::driver::{self, Heartbeat, Inputs};
-use crate::elector::incarnation::{RecordWriter, StateDir};
+use crate::elector::incarnation::{RecordWriter, StateDir, Timing};
 use crate::elector::lease::TermId;
 use crate::elector::lease_client::KubeLeaseStore;
 use crate::elector::machine::{Election, Settings, Spread};
@@ -103,7 +103,11 @@ impl LeaseStack {
         let (state_dir, previous) = match &state_dir {
             None => (None, None),
             Some(dir) => {
-                let state_dir = StateDir::open(dir, namespace, name)
+                let timing = Timing {
+                    renew_deadline: config.renew_deadline,
+                    gate_lag: config.shutdown.gate_lag,
+                };
+                let state_dir = StateDir::open(dir, namespace, name, timing)
                     .map_err(|error| format!("invalid --state-dir: {error}"))?;
                 let previous = state_dir.previous(&config.identity, namespace, name);
                 (Some(state_dir), previous)

@@ -1,7 +1,8 @@
 //! A sidecar restarted in its pod (`--state-dir`, an emptyDir) resumes its
 //! own term when the Lease still shows its last write, instead of waiting a
 //! lease duration; and resumes nothing from another directory, a torn
-//! record, a record the Lease no longer shows, or another boot clock.
+//! record, a record the Lease no longer shows, another boot clock, or a
+//! record written under other timing.
 
 use crate::support;
 
@@ -120,12 +121,15 @@ async fn a_sidecar_killed_and_restarted_with_its_state_directory_resumes_its_own
 
 /// What a restarted `a` finds, and what it must then not do: lead before
 /// the record it cannot prove is its own expired.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Refusal {
     AnotherDirectory,
     TornFile,
     ChangedRecord,
     AnotherBootClock,
+    /// Restarted with a shorter `--gate-lag` (800 ms by default here): the
+    /// gates of the previous process would be counted gone too early.
+    ShorterGateLag,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,6 +139,7 @@ async fn a_restart_resumes_nothing_it_cannot_prove_is_its_own() {
         Refusal::TornFile,
         Refusal::ChangedRecord,
         Refusal::AnotherBootClock,
+        Refusal::ShorterGateLag,
     ] {
         let (api, dir, _old, _b, _term) = leader_killed(&format!("resume-refused-{case:?}")).await;
         let mut state = dir.join("state-a");
@@ -171,8 +176,12 @@ async fn a_restart_resumes_nothing_it_cannot_prove_is_its_own() {
                 std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
                 program = Some(wrapper);
             }
+            Refusal::ShorterGateLag => {}
         }
-        let args = state_args(&state);
+        let mut args = state_args(&state);
+        if case == Refusal::ShorterGateLag {
+            args.extend(["--gate-lag", "300ms"]);
+        }
         let restarted = Instant::now();
         let a = match &program {
             Some(wrapper) => Sidecar::spawn_program(wrapper, &api, &dir, "a-again", TIMING, &{
@@ -204,6 +213,7 @@ async fn a_restart_resumes_nothing_it_cannot_prove_is_its_own() {
             }
             Refusal::TornFile => Some("unreadable"),
             Refusal::AnotherBootClock => Some("another boot clock"),
+            Refusal::ShorterGateLag => Some("another --renew-deadline or --gate-lag"),
         };
         if let Some(why) = why {
             assert!(log.contains(why), "{case:?}: {log}");
