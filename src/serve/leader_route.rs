@@ -23,7 +23,7 @@ pub async fn leader(State(app): State<Arc<AppState>>) -> Response {
 /// `GET /leader`'s answer now: also the listener's shortcut (see
 /// [`crate::serve::routes::shortcut`]).
 pub fn leader_now(app: &AppState) -> Response {
-    let mut body = Vec::with_capacity(320);
+    let mut body = Vec::with_capacity(512);
     let leading = write_leader_body(app, &app.state.borrow(), None, &mut body);
     leader_response(leading, body)
 }

@@ -97,6 +97,7 @@ impl Limits {
 /// at a time per listener, in turn: a client that pipelines requests gets
 /// one answer made, then queues behind every other connection, and a new
 /// connection's first request (a probe's only one) waits for none of them.
+/// A lone Lease's `GET /leader` takes no turn ([`Routes`]' shortcut).
 const HANDLERS: usize = 2;
 /// Each connection's kernel send buffer (the kernel doubles it for its
 /// bookkeeping). A client that never reads its answers stalls once this and
@@ -168,8 +169,9 @@ impl Listener {
 /// A request answered before the router, or handed back (`None`): the
 /// one route a collector may poll in a tight loop skips the router's
 /// matching, extractors and response mapping (see
-/// [`crate::serve::routes::shortcut`]). The answer is treated as the
-/// router's would be (its turn, the connection busy while it is sent).
+/// [`crate::serve::routes::shortcut`]) and the queue of [`HANDLERS`]: it
+/// must answer at once, without waiting for anything. The connection is
+/// busy while its answer is sent, as with the router's.
 pub type Shortcut = Arc<dyn Fn(&Request<Body>) -> Option<Response> + Send + Sync>;
 
 /// What a listener serves: its router, and a shortcut taken first.
@@ -325,6 +327,16 @@ async fn connection(
                 Ok(request) => request,
                 Err(refusal) => return Ok(refusal),
             };
+            // A lone Lease's `GET /leader` (the route collectors poll) is
+            // answered at once, on any connection: made in microseconds
+            // from the published state, with nothing to wait for, so it
+            // needs no turn; a client pipelining it gets at most hyper's
+            // 16 answers per turn of its connection before the runtime
+            // moves on. The queue below cost it a quarter of its
+            // throughput (docs/BENCHMARKS.md).
+            if let Some(response) = shortcut.as_ref().and_then(|answer| answer(&request)) {
+                return Ok(tracked(response, Busy::new(busy_slot)));
+            }
             request
                 .extensions_mut()
                 .insert(ReadClosed(busy_slot.read_closed.clone()));
@@ -346,12 +358,9 @@ async fn connection(
                 }
                 None => (busy, None),
             };
-            let response = match shortcut.as_ref().and_then(|answer| answer(&request)) {
-                Some(response) => response,
-                None => router.oneshot(request).await?,
-            };
+            let response = router.oneshot(request).await?;
             drop(permit);
-            Ok(response.map(|body| Body::new(Tracked { body, _busy: busy })))
+            Ok(tracked(response, busy))
         })
     });
     let stream = Arc::new(stream);
@@ -381,6 +390,12 @@ async fn connection(
         linger(&stream, &slot.evicted, &shutdown).await;
     }
     table.release(&slot);
+}
+
+/// `response`, with the connection kept busy (not evictable) until its
+/// body has been sent.
+fn tracked(response: Response, busy: Busy) -> Response {
+    response.map(|body| Body::new(Tracked { body, _busy: busy }))
 }
 
 /// Reads and drops a request's body, if any: 413 when it is larger than

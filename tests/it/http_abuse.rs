@@ -225,17 +225,32 @@ async fn probe_healthz(admin: SocketAddr, probes: usize, every: Duration) -> Vec
 /// the kubelet restarts the sidecar, and leadership moves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_pipelining_metrics_and_never_reading_leave_healthz_answering() {
+    pipelining_without_reading("http-abuse-pipeline", "/metrics").await;
+}
+
+/// The same with `GET /leader`, which is answered before the router and
+/// takes no turn in the handlers' queue (the shortcut of a lone Lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_pipelining_leader_and_never_reading_leave_healthz_answering() {
+    pipelining_without_reading("http-abuse-pipeline-leader", "/leader").await;
+}
+
+/// 128 clients pipeline `GET {path}` without reading (see above) while the
+/// kubelet probes: every probe is answered within 1 s.
+async fn pipelining_without_reading(test: &str, path: &str) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
     const ATTACKERS: usize = 128;
     const PROBES: usize = 40;
-    let (_api, leader) = leader_for_an_attack("http-abuse-pipeline").await;
+    let (_api, leader) = leader_for_an_attack(test).await;
 
     let admin = leader.admin;
     let stop = Arc::new(AtomicBool::new(false));
     let (connections, blocked) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let mut attackers = tokio::task::JoinSet::new();
-    let burst = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(64);
+    let burst = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")
+        .into_bytes()
+        .repeat(64);
     for _ in 0..ATTACKERS {
         let (stop, connections, blocked) = (stop.clone(), connections.clone(), blocked.clone());
         let burst = burst.clone();
@@ -283,7 +298,7 @@ async fn clients_pipelining_metrics_and_never_reading_leave_healthz_answering() 
     stop.store(true, Relaxed);
     while attackers.join_next().await.is_some() {}
     println!(
-        "MEASURE /healthz under {ATTACKERS} pipelining clients that never read: {answered} of {PROBES} answered within 1 s; attacker connections {filled_after} once all blocked, {} at the end",
+        "MEASURE /healthz under {ATTACKERS} clients pipelining {path} that never read: {answered} of {PROBES} answered within 1 s; attacker connections {filled_after} once all blocked, {} at the end",
         connections.load(Relaxed)
     );
     // Causal, not a margin: every probe finds a place (the longest-stalled
@@ -301,6 +316,75 @@ async fn clients_pipelining_metrics_and_never_reading_leave_healthz_answering() 
     assert!(
         after.leading(),
         "the leader kept leading through the attack"
+    );
+}
+
+/// 64 clients pipeline `GET /leader` in bursts of 64 and read every answer,
+/// as fast as the server makes them: the sidecar's one thread does nothing
+/// else. `GET /leader` takes no turn in the handlers' queue, so what keeps
+/// a newcomer answered is that a connection gets at most a burst of
+/// answers per turn (hyper's 16) before the runtime looks at the sockets
+/// again: every probe is answered within 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_pipelining_leader_as_fast_as_it_answers_leave_healthz_answering() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    const CLIENTS: usize = 64;
+    const PROBES: usize = 20;
+    let (_api, leader) = leader_for_an_attack("http-abuse-leader-flood").await;
+    let admin = leader.admin;
+    let stop = Arc::new(AtomicBool::new(false));
+    let answers = Arc::new(AtomicUsize::new(0));
+    let burst = b"GET /leader HTTP/1.1\r\nHost: x\r\n\r\n".repeat(64);
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..CLIENTS {
+        let (stop, answers, burst) = (stop.clone(), answers.clone(), burst.clone());
+        clients.spawn(async move {
+            let mut stream = TcpStream::connect(admin).await.expect("connects");
+            let (mut read, mut write) = stream.split();
+            let reader = async {
+                let mut buffer = vec![0u8; 64 * 1024];
+                loop {
+                    match read.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            let heads = buffer[..n].windows(12).filter(|w| w == b"HTTP/1.1 200");
+                            answers.fetch_add(heads.count(), Relaxed);
+                        }
+                    }
+                }
+            };
+            let writer = async {
+                while !stop.load(Relaxed) {
+                    if write.write_all(&burst).await.is_err() {
+                        return;
+                    }
+                }
+            };
+            tokio::select! {
+                () = reader => {}
+                () = writer => {}
+            }
+        });
+    }
+    // The flood runs: answers flow.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = answers.load(Relaxed);
+    assert!(before > 0, "no answer to the flood");
+    let failed_at = probe_healthz(admin, PROBES, Duration::from_millis(250)).await;
+    let during = answers.load(Relaxed) - before;
+    stop.store(true, Relaxed);
+    clients.abort_all();
+    while clients.join_next().await.is_some() {}
+    println!(
+        "MEASURE /healthz under {CLIENTS} clients pipelining /leader and reading: {} of {PROBES} answered within 1 s; {during} answers to the flood meanwhile",
+        PROBES - failed_at.len()
+    );
+    assert!(during > 0, "the flood stopped while probing");
+    assert_eq!(failed_at, Vec::<usize>::new(), "probes went unanswered");
+    assert!(
+        leader.leader().await.is_some_and(|p| p.leading()),
+        "still leading"
     );
 }
 
