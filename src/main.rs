@@ -43,7 +43,13 @@ fn main() -> ExitCode {
         }
     };
     let format = cli.command.log_format();
+    // The sockets are looked at after every 16 task polls, not tokio's 61:
+    // under a load of many connections an answer waits behind fewer others
+    // (`/leader` under wrk, interleaved with 61: p99 0.6-1.4 ms against
+    // 1.3-2.6, as many requests; the 10,000-subscriber fan-out unchanged:
+    // docs/BENCHMARKS.md).
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .event_interval(16)
         .enable_all()
         .build()
         .expect("tokio runtime");
