@@ -84,13 +84,16 @@ pub struct Timing {
 }
 
 /// The file's content: the record, the boot clock it was made on and the
-/// timing it was judged under.
+/// timing it was judged under (in nanoseconds: compared exactly; absent
+/// from an older version's record, which the format then refuses).
 #[derive(Serialize, Deserialize)]
 struct File2 {
     format: u32,
     boot_clock: String,
-    renew_deadline_ms: u64,
-    gate_lag_ms: u64,
+    #[serde(default)]
+    renew_deadline_ns: Option<u64>,
+    #[serde(default)]
+    gate_lag_ns: Option<u64>,
     #[serde(flatten)]
     write: Recorded,
 }
@@ -171,18 +174,19 @@ impl StateDir {
             }
         };
         let why_not = if found.format != FORMAT {
-            Some("it has another format")
+            Some("it has another format (another version's)")
         } else if Some(found.boot_clock.as_str()) != boot_clock_id() {
             Some(
                 "it was written on another boot clock (the node rebooted, or another time namespace)",
             )
-        } else if (found.renew_deadline_ms, found.gate_lag_ms) != millis(self.timing) {
+        } else if (found.renew_deadline_ns, found.gate_lag_ns) != nanos(self.timing) {
+            let (renew_deadline, gate_lag) = (self.timing.renew_deadline, self.timing.gate_lag);
             tracing::info!(
                 file = %self.file.display(),
-                recorded_renew_deadline_ms = found.renew_deadline_ms,
-                recorded_gate_lag_ms = found.gate_lag_ms,
-                renew_deadline_ms = millis(self.timing).0,
-                gate_lag_ms = millis(self.timing).1,
+                recorded_renew_deadline_ns = found.renew_deadline_ns,
+                recorded_gate_lag_ns = found.gate_lag_ns,
+                ?renew_deadline,
+                ?gate_lag,
                 "not resuming from the state file: it was written under another --renew-deadline or --gate-lag"
             );
             return None;
@@ -206,12 +210,12 @@ impl StateDir {
         let Some(boot_clock) = boot_clock_id() else {
             return Ok(()); // no boot clock to prove anything on
         };
-        let (renew_deadline_ms, gate_lag_ms) = millis(self.timing);
+        let (renew_deadline_ns, gate_lag_ns) = nanos(self.timing);
         let content = File2 {
             format: FORMAT,
             boot_clock: boot_clock.to_owned(),
-            renew_deadline_ms,
-            gate_lag_ms,
+            renew_deadline_ns,
+            gate_lag_ns,
             write: write.clone(),
         };
         let temporary = self.file.with_extension("json.tmp");
@@ -230,10 +234,10 @@ impl StateDir {
     }
 }
 
-/// `timing` in whole milliseconds, as recorded.
-fn millis(timing: Timing) -> (u64, u64) {
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    (ms(timing.renew_deadline), ms(timing.gate_lag))
+/// `timing` as recorded: whole nanoseconds, as the flags were parsed.
+fn nanos(timing: Timing) -> (Option<u64>, Option<u64>) {
+    let ns = |d: Duration| Some(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    (ns(timing.renew_deadline), ns(timing.gate_lag))
 }
 
 /// Where the writer thread puts what it is given: a record, or its removal.
@@ -608,6 +612,11 @@ mod tests {
                 renew_deadline: Duration::from_secs(12),
                 ..TIMING
             },
+            // Less than a millisecond shorter is shorter too.
+            Timing {
+                gate_lag: TIMING.gate_lag - Duration::from_micros(500),
+                ..TIMING
+            },
         ];
         for timing in others {
             let state = StateDir::open(&dir, "monitoring", "metrics", timing).unwrap();
@@ -623,11 +632,19 @@ mod tests {
             Some(write()),
             "the same timing"
         );
-        // A record of format 1 (no timing) is not resumed either.
+        // A record of format 1, as the version before wrote it (no timing),
+        // is refused for its format, not as unreadable.
         let text = std::fs::read_to_string(&state.file).unwrap();
         let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
         old["format"] = 1.into();
+        let fields = old.as_object_mut().unwrap();
+        assert!(
+            fields.remove("renew_deadline_ns").is_some() && fields.remove("gate_lag_ns").is_some()
+        );
         std::fs::write(&state.file, old.to_string()).unwrap();
+        let found: File2 = serde_json::from_str(&std::fs::read_to_string(&state.file).unwrap())
+            .expect("an older version's record reads");
+        assert_eq!((found.format, found.gate_lag_ns), (1, None));
         assert_eq!(state.previous("pod-0", "monitoring", "metrics"), None);
     }
 }

@@ -97,7 +97,9 @@ impl Limits {
 /// at a time per listener, in turn: a client that pipelines requests gets
 /// one answer made, then queues behind every other connection, and a new
 /// connection's first request (a probe's only one) waits for none of them.
-/// A lone Lease's `GET /leader` takes no turn ([`Routes`]' shortcut).
+/// A lone Lease's `GET /leader` ([`Routes`]' shortcut) takes no turn
+/// unless pipelined (made with no read off the socket since the request
+/// before it).
 const HANDLERS: usize = 2;
 /// Each connection's kernel send buffer (the kernel doubles it for its
 /// bookkeeping). A client that never reads its answers stalls once this and
@@ -169,9 +171,9 @@ impl Listener {
 /// A request answered before the router, or handed back (`None`): the
 /// one route a collector may poll in a tight loop skips the router's
 /// matching, extractors and response mapping (see
-/// [`crate::serve::routes::shortcut`]) and the queue of [`HANDLERS`]: it
-/// must answer at once, without waiting for anything. The connection is
-/// busy while its answer is sent, as with the router's.
+/// [`crate::serve::routes::shortcut`]) and, unless pipelined, the queue
+/// of [`HANDLERS`]: it must answer at once, without waiting for anything.
+/// The connection is busy while its answer is sent, as with the router's.
 pub type Shortcut = Arc<dyn Fn(&Request<Body>) -> Option<Response> + Send + Sync>;
 
 /// What a listener serves: its router, and a shortcut taken first.
@@ -314,10 +316,15 @@ async fn connection(
     // including while its body (a stream) is being sent.
     let busy_slot = slot.clone();
     let first = std::cell::Cell::new(true);
+    // The socket's reads when the request before was made: a request with
+    // none since came with it or behind it, pipelined.
+    let reads_before = std::cell::Cell::new(0);
     let service = hyper::service::service_fn(move |request: Request<Incoming>| -> Answer {
         let (router, busy_slot) = (router.clone(), busy_slot.clone());
         let shortcut = shortcut.clone();
         let handlers = (!first.replace(false)).then(|| handlers.clone());
+        let reads = busy_slot.reads.load(Ordering::Relaxed);
+        let pipelined = reads_before.replace(reads) == reads;
         Box::pin(async move {
             // Idle (evictable) while a body it announced is read: no route
             // takes one, and clients that trickle bodies must not hold the
@@ -327,14 +334,16 @@ async fn connection(
                 Ok(request) => request,
                 Err(refusal) => return Ok(refusal),
             };
-            // A lone Lease's `GET /leader` (the route collectors poll) is
-            // answered at once, on any connection: made in microseconds
-            // from the published state, with nothing to wait for, so it
-            // needs no turn; a client pipelining it gets at most hyper's
-            // 16 answers per turn of its connection before the runtime
-            // moves on. The queue below cost it a quarter of its
-            // throughput (docs/BENCHMARKS.md).
-            if let Some(response) = shortcut.as_ref().and_then(|answer| answer(&request)) {
+            // A lone Lease's `GET /leader` (the route collectors poll) read
+            // off the socket is answered at once: made in microseconds, it
+            // waits for nothing, and the queue below cost it a quarter of
+            // its throughput (docs/BENCHMARKS.md). One pipelined (no read
+            // since the request before) takes its turn like any other,
+            // so that clients pipelining it cannot hold a probe for the
+            // 16 answers hyper makes per poll of each connection.
+            let answer_now =
+                |request: &Request<Body>| shortcut.as_ref().and_then(|answer| answer(request));
+            if !pipelined && let Some(response) = answer_now(&request) {
                 return Ok(tracked(response, Busy::new(busy_slot)));
             }
             request
@@ -358,7 +367,11 @@ async fn connection(
                 }
                 None => (busy, None),
             };
-            let response = router.oneshot(request).await?;
+            // Judged after its turn, never before it.
+            let response = match answer_now(&request) {
+                Some(response) => response,
+                None => router.oneshot(request).await?,
+            };
             drop(permit);
             Ok(tracked(response, busy))
         })
@@ -504,6 +517,9 @@ struct Slot {
     evicted: CancellationToken,
     /// The client closed its sending side.
     read_closed: CancellationToken,
+    /// Reads off the socket that brought bytes: a request made with no read
+    /// since the one before it was in hyper's buffer already (pipelined).
+    reads: AtomicU64,
 }
 
 struct Table {
@@ -678,7 +694,12 @@ impl AsyncRead for WriteTimeout {
             ready!(self.stream.poll_read_ready(cx))?;
             match recv_into(&self.stream, buf, 0) {
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
-                result => return Poll::Ready(result.map(drop)),
+                result => {
+                    if matches!(result, Ok(n) if n > 0) {
+                        self.slot.reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Poll::Ready(result.map(drop));
+                }
             }
         }
     }
